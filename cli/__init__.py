@@ -1,0 +1,1 @@
+"""The `tandem` command line: one typer app with a subcommand per stage."""

@@ -1,0 +1,63 @@
+"""`tandem`: one typer app, a thin shell over each package's public functions.
+
+Each package contributes its commands from its own ``cli.py``; this module only assembles them and maps
+:class:`infra.errors.TandemError` to a readable message and an exit code, once, for every command.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from infra.errors import TandemError
+
+console = Console(stderr=True)
+
+app = typer.Typer(
+    name="tandem",
+    help="Tandem: a dual-tier model gateway (standard + speculative fast tier), its evals and post-training.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    from serving.cli import models_app, serve_command
+
+    app.command("serve")(serve_command)
+    app.add_typer(models_app, name="models")
+
+    from cli.bench import bench_app
+
+    app.add_typer(bench_app, name="bench")
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point with TandemError mapped to exit codes."""
+    try:
+        app(standalone_mode=False)
+    except TandemError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        console.print("aborted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click's own usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()
