@@ -74,6 +74,7 @@ class Shop:
 
     def __init__(self, state: ShopState) -> None:
         self.state = copy.deepcopy(state)
+        self.journal: list[dict[str, Any]] = []  # successful calls made through call(), in order
 
     def _order(self, order_id: str) -> Order:
         order = self.state.orders.get(order_id)
@@ -161,6 +162,8 @@ class Shop:
         if name not in self.TOOL_NAMES:
             raise ShopRejected(f"unknown tool {name!r}")
         try:
-            return getattr(self, name)(**arguments)
+            result = getattr(self, name)(**arguments)
         except TypeError as exc:
             raise ShopRejected(f"bad arguments for {name}: {exc}") from exc
+        self.journal.append({"name": name, "arguments": dict(arguments)})
+        return result

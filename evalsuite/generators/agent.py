@@ -54,7 +54,11 @@ def _draft(task_type: str, request: str, state: ShopState, shop: Shop, max_steps
     return Draft(
         task_type=task_type,
         prompt=request,
-        expected={"initial_state": state.model_dump(), "goal_state": shop.state.model_dump()},
+        expected={
+            "initial_state": state.model_dump(),
+            "goal_state": shop.state.model_dump(),
+            "reference_calls": shop.journal,
+        },
         max_steps=max_steps,
         metadata=meta,
     )
@@ -73,7 +77,7 @@ def cancel_order(rng: random.Random, difficulty: Difficulty) -> Draft:
             f"Please cancel order {target.order_id} if it is still pending; otherwise leave it as it is."
         )
         if target.status == "pending":
-            shop.cancel_order(target.order_id)
+            shop.call("cancel_order", {"order_id": target.order_id})
         steps = 4
     else:
         request = (
@@ -84,9 +88,11 @@ def cancel_order(rng: random.Random, difficulty: Difficulty) -> Draft:
             request += " For each of their orders already delivered, refund 10% of the order total (rounded to cents)."
         for order in mine:
             if order.status == "pending":
-                shop.cancel_order(order.order_id)
+                shop.call("cancel_order", {"order_id": order.order_id})
             elif order.status == "delivered" and difficulty == "hard":
-                shop.refund_order(order.order_id, round(order.total * 0.10, 2))
+                shop.call(
+                    "refund_order", {"order_id": order.order_id, "amount": round(order.total * 0.10, 2)}
+                )
         steps = 8 if difficulty == "medium" else 12
     return _draft("cancel_order", request, state, shop, steps)
 
@@ -107,11 +113,19 @@ def place_order(rng: random.Random, difficulty: Difficulty) -> Draft:
         request += " Also change the shipping address of all their other pending orders to that same address."
     quantity = min(wanted, product.stock)
     if quantity > 0:
-        shop.create_order(customer.customer_id, product.sku, quantity, address)
+        shop.call(
+            "create_order",
+            {
+                "customer_id": customer.customer_id,
+                "sku": product.sku,
+                "quantity": quantity,
+                "address": address,
+            },
+        )
     if difficulty == "hard":
         for order in sorted(state.orders.values(), key=lambda o: o.order_id):
             if order.customer_id == customer.customer_id and order.status == "pending":
-                shop.update_address(order.order_id, address)
+                shop.call("update_address", {"order_id": order.order_id, "address": address})
     return _draft("place_order", request, state, shop, {"easy": 4, "medium": 6, "hard": 12}[difficulty])
 
 
@@ -130,7 +144,7 @@ def fix_address(rng: random.Random, difficulty: Difficulty) -> Draft:
             "if not, leave it unchanged."
         )
         if target.status == "pending":
-            shop.update_address(target.order_id, address)
+            shop.call("update_address", {"order_id": target.order_id, "address": address})
     else:
         request = (
             f"{customer.name} (email {customer.email}) has moved to '{address}'. Update every pending order of "
@@ -142,7 +156,7 @@ def fix_address(rng: random.Random, difficulty: Difficulty) -> Draft:
             )
         for order in mine:
             if order.status == "pending":
-                shop.update_address(order.order_id, address)
+                shop.call("update_address", {"order_id": order.order_id, "address": address})
     return _draft("fix_address", request, state, shop, {"easy": 4, "medium": 8, "hard": 10}[difficulty])
 
 

@@ -36,6 +36,7 @@ def count_matches(rng: random.Random, difficulty: Difficulty) -> Draft:
         files["logs/app.log"] = "\n".join(text) + "\n"
         answer = sum(1 for lvl, *_ in lines if lvl == "ERROR")
         question = "How many lines of logs/app.log contain the level ERROR?"
+        solution = "grep -c ' ERROR ' logs/app.log > answer.txt"
     elif difficulty == "medium":
         service = rng.choice(SERVICES)
         half = len(text) // 2
@@ -45,6 +46,7 @@ def count_matches(rng: random.Random, difficulty: Difficulty) -> Draft:
         question = (
             f"How many lines, across all files in logs/, have level ERROR or WARN and service={service}?"
         )
+        solution = f"cat logs/*.log | grep -E ' (ERROR|WARN) service={service} ' | wc -l > answer.txt"
     else:
         third = len(text) // 3
         files["logs/2026/app-a.log"] = "\n".join(text[:third]) + "\n"
@@ -55,9 +57,16 @@ def count_matches(rng: random.Random, difficulty: Difficulty) -> Draft:
             "How many DISTINCT request ids (request=...) have a status of 500 or above, across all .log files "
             "anywhere under logs/ (including subdirectories)?"
         )
+        solution = (
+            'find logs -name \'*.log\' -exec cat {} + | awk \'{split($5,s,"="); split($4,r,"="); '
+            "if (s[2] >= 500) print r[2]}' | sort -u | wc -l > answer.txt"
+        )
     prompt = f"{question} Write only the number to the file answer.txt in the current directory."
     check = TerminalCheck(name="answer", command="cat answer.txt", expected_stdout=str(answer))
-    return Draft(task_type="count_matches", prompt=prompt, files=files, checks=[check], max_steps=8)
+    return Draft(
+        task_type="count_matches", prompt=prompt, files=files, checks=[check], max_steps=8,
+        expected={"reference_solution": solution},
+    )  # fmt: skip
 
 
 def sort_unique(rng: random.Random, difficulty: Difficulty) -> Draft:
@@ -67,6 +76,7 @@ def sort_unique(rng: random.Random, difficulty: Difficulty) -> Draft:
         files = {"words.txt": "\n".join(items) + "\n"}
         expected = sorted(set(items))
         prompt = "Write the distinct lines of words.txt, sorted alphabetically, to sorted.txt (one per line)."
+        solution = "sort -u words.txt > sorted.txt"
     else:
         rows = [(rng.choice(WORDS), rng.randrange(1, 500)) for _ in range(n)]
         files = {"scores.tsv": "".join(f"{w}\t{s}\n" for w, s in rows)}
@@ -76,6 +86,7 @@ def sort_unique(rng: random.Random, difficulty: Difficulty) -> Draft:
                 "scores.tsv has two tab-separated columns: name and score. Write its distinct lines to "
                 "sorted.tsv sorted by score descending (numerically), ties broken by name ascending."
             )
+            solution = "sort -u scores.tsv | sort -t$'\\t' -k2,2nr -k1,1 > sorted.tsv"
         else:
             best: dict[str, int] = {}
             for w, s in rows:
@@ -86,9 +97,16 @@ def sort_unique(rng: random.Random, difficulty: Difficulty) -> Draft:
                 "highest score, then write the top 5 names with that score (tab-separated, score "
                 "descending, ties by name ascending) to sorted.tsv."
             )
+            solution = (
+                "sort -t$'\\t' -k1,1 -k2,2nr scores.tsv | awk -F'\\t' '!seen[$1]++' "
+                "| sort -t$'\\t' -k2,2nr -k1,1 | head -5 > sorted.tsv"
+            )
     out = "sorted.txt" if difficulty == "easy" else "sorted.tsv"
     check = TerminalCheck(name="sorted", command=f"cat {out}", expected_stdout="\n".join(expected))
-    return Draft(task_type="sort_unique", prompt=prompt, files=files, checks=[check], max_steps=8)
+    return Draft(
+        task_type="sort_unique", prompt=prompt, files=files, checks=[check], max_steps=8,
+        expected={"reference_solution": solution},
+    )  # fmt: skip
 
 
 def extract_column(rng: random.Random, difficulty: Difficulty) -> Draft:
@@ -106,6 +124,7 @@ def extract_column(rng: random.Random, difficulty: Difficulty) -> Draft:
             "Extract the email column of customers.csv (without the header) to emails.txt, in file order."
         )
         out = "emails.txt"
+        solution = "tail -n +2 customers.csv | cut -d, -f3 > emails.txt"
     elif difficulty == "medium":
         country = rng.choice([r[3] for r in rows])
         expected = [r[2] for r in rows if r[3] == country]
@@ -114,6 +133,7 @@ def extract_column(rng: random.Random, difficulty: Difficulty) -> Draft:
             "one per line, in file order (no header)."
         )
         out = "emails.txt"
+        solution = f"awk -F, 'NR > 1 && $4 == \"{country}\" {{print $3}}' customers.csv > emails.txt"
     else:
         totals: dict[str, int] = {}
         for r in rows:
@@ -124,8 +144,12 @@ def extract_column(rng: random.Random, difficulty: Difficulty) -> Draft:
             "'COUNTRY,TOTAL' sorted by country code, without a header."
         )
         out = "totals.csv"
+        solution = "awk -F, 'NR > 1 {t[$4] += $5} END {for (c in t) print c \",\" t[c]}' customers.csv | sort > totals.csv"
     check = TerminalCheck(name="extract", command=f"cat {out}", expected_stdout="\n".join(expected))
-    return Draft(task_type="extract_column", prompt=prompt, files=files, checks=[check], max_steps=8)
+    return Draft(
+        task_type="extract_column", prompt=prompt, files=files, checks=[check], max_steps=8,
+        expected={"reference_solution": solution},
+    )  # fmt: skip
 
 
 def rename_files(rng: random.Random, difficulty: Difficulty) -> Draft:
@@ -139,6 +163,7 @@ def rename_files(rng: random.Random, difficulty: Difficulty) -> Draft:
         expected = sorted(f"{stem}_{num}.md" for num in numbers)
         prompt = "Rename every .txt file in inbox/ to the same name with the extension .md (keep contents)."
         listing = "ls inbox | sort"
+        solution = 'cd inbox && for f in *.txt; do mv "$f" "${f%.txt}.md"; done'
         sample_path = f"inbox/{stem}_{numbers[0]}.md"
     elif difficulty == "medium":
         for num in numbers:
@@ -149,6 +174,7 @@ def rename_files(rng: random.Random, difficulty: Difficulty) -> Draft:
             f"zeros (e.g. IMG_00042.JPG -> {stem}-42.jpg). Keep the contents."
         )
         listing = "ls photos | sort"
+        solution = f'cd photos && for f in IMG_*.JPG; do n=${{f#IMG_}}; n=${{n%.JPG}}; mv "$f" "{stem}-$((10#$n)).jpg"; done'
         sample_path = f"photos/{stem}-{numbers[0]}.jpg"
     else:
         extensions = ("CSV", "Txt", "LOG")
@@ -165,16 +191,23 @@ def rename_files(rng: random.Random, difficulty: Difficulty) -> Draft:
         )
         listing = "cd sorted && find . -type f | sed 's|^./||' | sort && test -z \"$(ls -A ../drop)\""
         first_ext = extensions[0].lower()
+        solution = (
+            'for f in drop/*; do b=$(basename "$f"); l=$(echo "$b" | tr A-Z a-z); e=${l##*.}; '
+            'mkdir -p sorted/$e; mv "$f" sorted/$e/$l; done'
+        )
         sample_path = f"sorted/{first_ext}/{stem}_{numbers[0]}.{first_ext}"
     first_content = next(iter(files.values())).strip()
     checks = [
         TerminalCheck(name="names", command=listing, expected_stdout="\n".join(expected), weight=2.0),
         TerminalCheck(name="content", command=f"cat {sample_path}", expected_stdout=first_content),
     ]
-    return Draft(task_type="rename_files", prompt=prompt, files=files, checks=checks, max_steps=10)
+    return Draft(
+        task_type="rename_files", prompt=prompt, files=files, checks=checks, max_steps=10,
+        expected={"reference_solution": solution},
+    )  # fmt: skip
 
 
-# Each bug template: (function source with a bug, fixed source, test assertions using {name}).
+# Each bug template: (buggy source, docstring, hidden test assertions using {name}).
 _BUGS = [
     (
         "def {name}(values):\n    total = 0\n    for i in range(len(values) - 1):\n        total += values[i]\n"
@@ -215,6 +248,14 @@ _BUGS = [
         ],
     ),
 ]
+# The one-line fix of each _BUGS entry, in the same order: (buggy text, fixed text).
+_FIXES = [
+    ("range(len(values) - 1)", "range(len(values))"),
+    ("if v < best", "if v > best"),
+    ("text.split(' ')[1:]", "text.split(' ')"),
+    ("(n - 2)", "(n - 1)"),
+    ("v > threshold", "v >= threshold"),
+]
 _CORRECT = [
     "def {name}(values):\n    count = 0\n    for v in values:\n        if v % 2 == 0:\n            count += 1\n    return count\n",
     "def {name}(text):\n    return text[::-1]\n",
@@ -238,22 +279,28 @@ def fix_bug(rng: random.Random, difficulty: Difficulty) -> Draft:
         "small": rng.randrange(2, 8),
     }
     sources: list[str] = []
+    fixed: list[str] = []
     tests: list[str] = []
     described: list[str] = []
     bug_names = rng.sample([f"{w}_{s}" for w in WORDS for s in ("total", "calc", "pick", "fmt")], n_bugs)
-    for (template, doc, asserts), name in zip(rng.sample(_BUGS, n_bugs), bug_names, strict=True):
-        sources.append(template.format(name=name).replace("\n", f'\n    """{doc.capitalize()}."""\n', 1))
+    bug_indices = rng.sample(range(len(_BUGS)), n_bugs)
+    for index, name in zip(bug_indices, bug_names, strict=True):
+        template, doc, asserts = _BUGS[index]
+        source = template.format(name=name).replace("\n", f'\n    """{doc.capitalize()}."""\n', 1)
+        sources.append(source)
+        fixed.append(source.replace(*_FIXES[index]))
         tests += [a.format(name=name, **params) for a in asserts]
         described.append(f"{name} ({doc})")
     for index in rng.sample(range(len(_CORRECT)), n_correct):
         name = f"{rng.choice(WORDS)}_{index}"
-        sources.append(
-            _CORRECT[index]
-            .format(name=name)
-            .replace("\n", f'\n    """{_CORRECT_DOCS[index].capitalize()}."""\n', 1)
-        )
-    rng.shuffle(sources)
-    module_text = "\n\n".join(sources)
+        doc = _CORRECT_DOCS[index].capitalize()
+        source = _CORRECT[index].format(name=name).replace("\n", f'\n    """{doc}."""\n', 1)
+        sources.append(source)
+        fixed.append(source)
+    order = list(range(len(sources)))
+    rng.shuffle(order)
+    module_text = "\n\n".join(sources[i] for i in order)
+    fixed_text = "\n\n".join(fixed[i] for i in order)
     hidden = (
         f"import sys\nsys.path.insert(0, '.')\nfrom {module} import *\n\n"
         + "".join(f"{test}\n" for test in tests)
@@ -277,6 +324,7 @@ def fix_bug(rng: random.Random, difficulty: Difficulty) -> Draft:
         hidden_files={f"{HIDDEN_DIR}/test_{module}.py": hidden},
         checks=[check],
         max_steps=12,
+        expected={"reference_solution": f"cat > {module}.py <<'EOF_FIXED'\n{fixed_text}EOF_FIXED"},
     )
 
 
