@@ -25,14 +25,11 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from serving.cli import models_app, serve_command
+    from gateway.cli import serve_command
+    from serving.cli import models_app
 
     app.command("serve")(serve_command)
     app.add_typer(models_app, name="models")
-
-    from cli.bench import bench_app
-
-    app.add_typer(bench_app, name="bench")
 
 
 _register()

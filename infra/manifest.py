@@ -32,10 +32,14 @@ class FileEntry(BaseModel):
 class Lineage(BaseModel):
     """Where an artifact came from: its parents in the registry and how it was made."""
 
-    parents: list[str] = Field(default_factory=list, description="Registry refs ('name@version') it derives from.")
+    parents: list[str] = Field(
+        default_factory=list, description="Registry refs ('name@version') it derives from."
+    )
     produced_by: str = Field(default="", description="The command or stage that produced it.")
     config: dict[str, Any] = Field(default_factory=dict, description="The producing stage's configuration.")
-    metrics: dict[str, Any] = Field(default_factory=dict, description="Measurements taken when it was produced.")
+    metrics: dict[str, Any] = Field(
+        default_factory=dict, description="Measurements taken when it was produced."
+    )
 
 
 class ArtifactManifest(BaseModel):

@@ -28,7 +28,9 @@ from infra.manifest import (
 )
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-DEFAULT_REGISTRY_URL = "file://" + str(Path(os.environ.get("TANDEM_HOME", "~/.cache/tandem")).expanduser() / "registry")
+DEFAULT_REGISTRY_URL = "file://" + str(
+    Path(os.environ.get("TANDEM_HOME", "~/.cache/tandem")).expanduser() / "registry"
+)
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
@@ -143,7 +145,9 @@ def verify_directory(root: Path, manifest: ArtifactManifest) -> None:
         if not path.is_file():
             raise IntegrityError(f"{manifest.ref}: file {entry.path} is missing")
         if path.stat().st_size != entry.size or sha256_file(path) != entry.sha256:
-            raise IntegrityError(f"{manifest.ref}: file {entry.path} does not match its sha256 in the manifest")
+            raise IntegrityError(
+                f"{manifest.ref}: file {entry.path} does not match its sha256 in the manifest"
+            )
 
 
 class FileRegistry(Registry):
@@ -228,7 +232,9 @@ class S3Registry(Registry):
         from botocore.exceptions import ClientError
 
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, version, MANIFEST_NAME))["Body"]
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, version, MANIFEST_NAME))[
+                "Body"
+            ]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}:
                 return None
@@ -254,11 +260,17 @@ class S3Registry(Registry):
         root = self.cache_dir / manifest.name / manifest.version
         for entry in manifest.files:
             target = root / entry.path
-            if target.is_file() and target.stat().st_size == entry.size and sha256_file(target) == entry.sha256:
+            if (
+                target.is_file()
+                and target.stat().st_size == entry.size
+                and sha256_file(target) == entry.sha256
+            ):
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".partial")
-            self.client.download_file(self.bucket, self._key(manifest.name, manifest.version, entry.path), str(partial))
+            self.client.download_file(
+                self.bucket, self._key(manifest.name, manifest.version, entry.path), str(partial)
+            )
             partial.replace(target)
         return root
 

@@ -58,7 +58,7 @@ def _convert(gguf: Path, out_dir: Path, dtype: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype)
     # The weights are already dequantised; drop the GGUF quantizer so save_pretrained writes plain tensors.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -74,7 +74,9 @@ def _convert(gguf: Path, out_dir: Path, dtype: str) -> None:
         generation.write_text(json.dumps(data, indent=2))
 
 
-def prepare_bundled_model(cache_dir: Path | None = None, *, dtype: str = "bfloat16", force: bool = False) -> Path:
+def prepare_bundled_model(
+    cache_dir: Path | None = None, *, dtype: str = "bfloat16", force: bool = False
+) -> Path:
     """Return a verified directory with the bundled model as safetensors, converting it if needed.
 
     Idempotent: a directory whose files match its manifest is returned as is; a missing or corrupted one
@@ -99,7 +101,9 @@ def prepare_bundled_model(cache_dir: Path | None = None, *, dtype: str = "bfloat
             version=BUNDLED_VERSION,
             kind="model",
             files=scan_directory(staging),
-            lineage=Lineage(produced_by="tandem models prepare", config={"source": str(gguf.name), "dtype": dtype}),
+            lineage=Lineage(
+                produced_by="tandem models prepare", config={"source": str(gguf.name), "dtype": dtype}
+            ),
             metadata={"dtype": dtype, "source_distribution": f"{BUNDLED_DISTRIBUTION}"},
         )
         (staging / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2))

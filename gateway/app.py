@@ -1,0 +1,42 @@
+"""Builds the full Serve application: both tiers behind the Tandem ingress."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.config import TandemConfig
+from gateway.ingress import GATEWAY_ROUTES, TandemIngress, TierRoute, create_fastapi_app
+from infra.registry import Registry, open_registry
+from serving.app import build_serving_app
+from serving.bundled import BUNDLED_REF, publish_bundled_model
+from serving.tiers import ResolvedTier, resolve_tier
+
+log = logging.getLogger(__name__)
+
+
+def prepare_release(config: TandemConfig, registry: Registry | None = None) -> list[ResolvedTier]:
+    """Resolve every tier to verified local files; the bundled model is prepared on first use."""
+    registry = registry or open_registry(config.registry)
+    if any(tier.model == BUNDLED_REF for tier in config.tiers):
+        publish_bundled_model(registry)
+    return [resolve_tier(tier, registry) for tier in config.tiers]
+
+
+def tier_routes(resolved: list[ResolvedTier]) -> list[TierRoute]:
+    return [
+        TierRoute(name=r.config.name, model_id=r.config.model_id, aliases=r.config.aliases, version=r.version)
+        for r in resolved
+    ]
+
+
+def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any:
+    """The Serve application: one LLMServer per tier behind ``TandemIngress``."""
+    return build_serving_app(
+        resolved,
+        ingress_cls=TandemIngress,
+        routes=GATEWAY_ROUTES,
+        fastapi_app=create_fastapi_app(),
+        ingress_kwargs={"tiers": [route.model_dump() for route in tier_routes(resolved)]},
+        ingress_options={"num_replicas": config.server.ingress_replicas},
+    )

@@ -1,0 +1,84 @@
+"""The gateway's configuration file (``infra/tandem.yaml`` or ``--config``): tiers, registry, server, Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infra.config import load_model_file
+from serving.bundled import BUNDLED_REF
+from serving.tiers import EngineConfig, TierConfig, default_tiers
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "infra" / "tandem.yaml"
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address the HTTP proxy binds to.")
+    port: int = Field(8000, ge=1, le=65535)
+    ingress_replicas: int = Field(1, ge=1, description="Replicas of the ingress (gateway) deployment.")
+
+
+class RayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(
+        None, description="Existing cluster to join ('auto', 'ray://...'); none starts one."
+    )
+    num_cpus: int = Field(
+        8,
+        ge=2,
+        description="Logical CPUs for a local Ray: more than the cores, so the ingress and engines never "
+        "starve for scheduling slots on a small machine.",
+    )
+
+
+class TandemConfig(BaseModel):
+    """Everything ``tandem serve`` needs. Tier fields left unset inherit ``model`` and ``engine`` from here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str | None = Field(
+        None, description="Registry URL (file:// or s3://); default $TANDEM_REGISTRY."
+    )
+    model: str = Field(BUNDLED_REF, description="Weights every tier serves unless the tier names its own.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine defaults for every tier.")
+    tiers: list[TierConfig] = Field(default_factory=default_tiers)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @model_validator(mode="after")
+    def _inherit_and_check(self) -> TandemConfig:
+        for tier in self.tiers:
+            if "model" not in tier.model_fields_set:
+                tier.model = self.model
+            if "engine" not in tier.model_fields_set:
+                tier.engine = self.engine.model_copy()
+        names = [tier.name for tier in self.tiers]
+        if names.count("standard") != 1:
+            raise ValueError("tiers: exactly one tier named 'standard' is required")
+        if names.count("fast") > 1:
+            raise ValueError("tiers: at most one tier named 'fast'")
+        seen: set[str] = set()
+        for tier in self.tiers:
+            for public in (tier.model_id, *tier.aliases):
+                if public in seen:
+                    raise ValueError(f"tiers: model id or alias {public!r} is used twice")
+                seen.add(public)
+        return self
+
+    def tier(self, name: str) -> TierConfig | None:
+        return next((tier for tier in self.tiers if tier.name == name), None)
+
+
+def load_config(path: Path | None = None) -> TandemConfig:
+    """Load ``path`` (default ``infra/tandem.yaml`` when it exists, else built-in defaults)."""
+    if path is None:
+        return (
+            load_model_file(DEFAULT_CONFIG_PATH, TandemConfig)
+            if DEFAULT_CONFIG_PATH.is_file()
+            else TandemConfig()
+        )
+    return load_model_file(path, TandemConfig)

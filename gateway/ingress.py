@@ -1,0 +1,150 @@
+"""The gateway ingress: Ray Serve LLM's public ``OpenAiIngress`` plus Tandem's routing and headers.
+
+It maps public model ids and aliases to tiers, rewrites the request's model to the tier's canonical id
+before delegating, stamps ``x-tandem-tier`` / ``x-tandem-version`` on every response, and adds ``/health``
+and a Prometheus ``/metrics`` that re-exports Ray's metrics (engine metrics appear as ``ray_vllm_*``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
+from ray.serve.llm.ingress import OpenAiIngress
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from gateway.errors import ModelNotFound, install_error_handlers
+
+log = logging.getLogger(__name__)
+
+TIER_HEADER = "x-tandem-tier"
+VERSION_HEADER = "x-tandem-version"
+
+
+class TierRoute(BaseModel):
+    """What the ingress knows about one tier: its public names and the release it serves."""
+
+    name: str
+    model_id: str
+    aliases: list[str] = []
+    version: str = ""
+
+
+def create_fastapi_app() -> FastAPI:
+    """The FastAPI app behind the ingress, with OpenAI-format error handling."""
+    app = FastAPI(
+        title="Tandem gateway",
+        description="OpenAI-compatible API over a standard and a speculative fast tier.",
+        version="0.1.0",
+    )
+    install_error_handlers(app)
+    return app
+
+
+class TandemIngress(OpenAiIngress):
+    """OpenAiIngress with tier aliases, tier/version headers, health and metrics."""
+
+    def __init__(
+        self,
+        llm_deployments: dict[str, Any],
+        model_cards: dict[str, Any],
+        *,
+        tiers: list[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(llm_deployments, model_cards, **kwargs)
+        routes = [TierRoute.model_validate(t) for t in tiers or []] or [
+            TierRoute(name=model_id, model_id=model_id) for model_id in model_cards
+        ]
+        self._tiers: dict[str, TierRoute] = {}
+        for route in routes:
+            for public in (route.model_id, *route.aliases):
+                self._tiers[public] = route
+        self._http = httpx.AsyncClient(timeout=5.0)
+
+    # -- routing ------------------------------------------------------------------------------------
+    def resolve(self, model: str | None) -> TierRoute:
+        """The tier a requested model id or alias names; 404 in OpenAI format otherwise."""
+        if model is None or model not in self._tiers:
+            raise ModelNotFound(model, sorted(self._tiers))
+        return self._tiers[model]
+
+    @staticmethod
+    def _stamp(response: Response, route: TierRoute) -> Response:
+        response.headers[TIER_HEADER] = route.name
+        response.headers[VERSION_HEADER] = route.version
+        return response
+
+    # The public request models subclass Ray's internal ones; FastAPI parses the body from these hints.
+    async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:  # type: ignore[override]
+        route = self.resolve(body.model)
+        body.model = route.model_id
+        return self._stamp(await super().chat(body, request), route)
+
+    async def completions(self, body: CompletionRequest, request: Request) -> Response:  # type: ignore[override]
+        route = self.resolve(body.model)
+        body.model = route.model_id
+        return self._stamp(await super().completions(body, request), route)
+
+    async def model_data(self, model: str) -> Any:
+        return await super().model_data(self.resolve(model).model_id)
+
+    # -- operations ---------------------------------------------------------------------------------
+    async def health(self) -> Response:
+        """200 when every tier's engine answers its health check, else 503 naming the failing tiers."""
+        routes = {route.model_id: route for route in self._tiers.values()}
+
+        async def check(model_id: str) -> str | None:
+            try:
+                await asyncio.wait_for(self._default_serve_handles[model_id].check_health.remote(), 10)
+            except Exception as exc:  # any failure, including a timeout, means unhealthy
+                return f"{type(exc).__name__}: {exc}"[:300]
+            return None
+
+        results = await asyncio.gather(*(check(model_id) for model_id in routes))
+        tiers = {
+            routes[model_id].name: {
+                "model": model_id,
+                "version": routes[model_id].version,
+                "ok": error is None,
+            }
+            | ({"error": error} if error else {})
+            for model_id, error in zip(routes, results, strict=True)
+        }
+        healthy = all(error is None for error in results)
+        return JSONResponse(
+            {"status": "ok" if healthy else "degraded", "tiers": tiers}, 200 if healthy else 503
+        )
+
+    async def metrics(self) -> Response:
+        """Prometheus text: Ray's metrics for this node (ingress, Serve, and the engines' ``ray_vllm_*``)."""
+        url = await asyncio.to_thread(_ray_metrics_url)
+        if url is None:
+            return PlainTextResponse("# Ray metrics export is not enabled on this node\n", status_code=503)
+        upstream = await self._http.get(url)
+        return PlainTextResponse(upstream.text, media_type="text/plain; version=0.0.4")
+
+
+def _ray_metrics_url() -> str | None:
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id and node.get("MetricsExportPort"):
+            return f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+    return None
+
+
+GATEWAY_ROUTES = {
+    "models": lambda app: app.get("/v1/models"),
+    "model_data": lambda app: app.get("/v1/models/{model:path}"),
+    "completions": lambda app: app.post("/v1/completions"),
+    "chat": lambda app: app.post("/v1/chat/completions"),
+    "health": lambda app: app.get("/health"),
+    "metrics": lambda app: app.get("/metrics"),
+}

@@ -1,0 +1,217 @@
+"""Tier configuration: a pydantic ``TierConfig`` per tier, resolved against the registry into a Ray Serve
+LLM ``LLMConfig``.
+
+The standard tier serves the release's weights; the fast tier serves the *same* weights with vLLM's
+speculative decoding. Spec decoding is engine-wide in vLLM, so each tier is its own deployment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infra.errors import ConfigError
+from infra.manifest import ArtifactManifest
+from infra.registry import Registry
+from serving.bundled import BUNDLED_REF
+
+TierName = Literal["standard", "fast"]
+
+
+class EngineConfig(BaseModel):
+    """vLLM engine settings shared by a tier's replicas. Defaults suit the CPU build on a small machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "float32",
+        description="Compute dtype. float32 by default: vLLM CPU 0.32 in bfloat16 answers the bundled model's "
+        "prompts wrongly where transformers' bfloat16 does not (measured), and float32 keeps the fast tier "
+        "token-identical to the standard tier. Use bfloat16 on GPUs.",
+    )
+    max_model_len: int = Field(4096, ge=128, description="Longest prompt + completion, in tokens.")
+    gpu_memory_utilization: float = Field(
+        0.2,
+        gt=0.0,
+        le=0.98,
+        description="On CUDA the GPU memory fraction; on vLLM CPU the fraction of host memory for KV cache.",
+    )
+    enforce_eager: bool = Field(True, description="Skip graph capture: ~4x faster engine start on CPU.")
+    max_num_seqs: int = Field(32, ge=1, description="Most sequences batched together per engine step.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica (CUDA only).")
+    seed: int = Field(0, description="Engine seed; per-request `seed` still wins.")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to vLLM's engine args.")
+
+
+class SpeculativeConfig(BaseModel):
+    """How the fast tier speculates. ``auto`` uses the newest distilled draft of the tier's model when the
+    registry has one, else vLLM's n-gram prompt lookup (needs no draft weights)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["auto", "draft_model", "ngram"] = "auto"
+    num_speculative_tokens: int | None = Field(
+        None, ge=1, le=16, description="Draft tokens per step; default: the draft's recorded choice, else 3."
+    )
+    draft: str | None = Field(None, description="Registry ref or local directory of the draft (draft_model).")
+    prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest n-gram matched in the prompt.")
+    prompt_lookup_min: int = Field(2, ge=1, description="ngram: shortest n-gram matched in the prompt.")
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeConfig:
+        if self.method == "draft_model" and not self.draft:
+            raise ValueError("method 'draft_model' needs `draft` (a registry ref or a local directory)")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+
+class TierConfig(BaseModel):
+    """One served tier: public id, aliases, weights, engine settings and (fast tier) speculation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: TierName
+    model_id: str = Field(description="Public model id clients send, e.g. 'tandem-standard'.")
+    aliases: list[str] = Field(default_factory=list, description="Other ids that route to this tier.")
+    model: str = Field(BUNDLED_REF, description="Registry ref ('name@version') or a local model directory.")
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    speculative: SpeculativeConfig | None = Field(None, description="Set for the fast tier only.")
+    replicas: int = Field(1, ge=1)
+    num_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the engine's placement-group bundle.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TierConfig:
+        if self.name == "fast" and self.speculative is None:
+            self.speculative = SpeculativeConfig()
+        if self.name == "standard" and self.speculative is not None:
+            raise ValueError("the standard tier does not speculate; remove `speculative`")
+        return self
+
+
+def default_tiers() -> list[TierConfig]:
+    return [
+        TierConfig(name="standard", model_id="tandem-standard", aliases=["standard"]),
+        TierConfig(name="fast", model_id="tandem-fast", aliases=["fast"]),
+    ]
+
+
+@dataclass(frozen=True)
+class ResolvedTier:
+    """A tier with every registry ref turned into a verified local directory."""
+
+    config: TierConfig
+    model_path: Path
+    model_version: str
+    draft_path: Path | None = None
+    draft_version: str | None = None
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+
+    @property
+    def version(self) -> str:
+        """What the ``x-tandem-version`` header reports: weights, plus the draft for the fast tier."""
+        return self.model_version if not self.draft_version else f"{self.model_version}+{self.draft_version}"
+
+
+def _local_or_registry(ref: str, registry: Registry) -> tuple[Path, str, ArtifactManifest | None]:
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return path.resolve(), path.name, None
+    manifest = registry.manifest(ref)
+    return registry.fetch(manifest.ref), manifest.ref, manifest
+
+
+def newest_draft_for(registry: Registry, model_ref: str) -> ArtifactManifest | None:
+    """The newest draft artifact whose lineage names ``model_ref`` as its teacher."""
+    drafts = [m for m in registry.list(kind="draft") if model_ref in m.lineage.parents]
+    return max(drafts, key=lambda m: m.created_at) if drafts else None
+
+
+def resolve_tier(tier: TierConfig, registry: Registry) -> ResolvedTier:
+    """Fetch (and verify) the tier's weights and, for the fast tier, choose and fetch its draft."""
+    model_path, model_version, _ = _local_or_registry(tier.model, registry)
+    spec = tier.speculative
+    if spec is None:
+        return ResolvedTier(tier, model_path, model_version)
+    draft_ref = spec.draft
+    if spec.method == "auto" and draft_ref is None:
+        found = newest_draft_for(registry, model_version)
+        draft_ref = found.ref if found else None
+    if spec.method == "ngram" or draft_ref is None:
+        k = spec.num_speculative_tokens or 3
+        return ResolvedTier(
+            tier, model_path, model_version, speculative_method="ngram", num_speculative_tokens=k
+        )
+    draft_path, draft_version, draft_manifest = _local_or_registry(draft_ref, registry)
+    recorded = (draft_manifest.metadata.get("num_speculative_tokens") if draft_manifest else None) or 3
+    k = spec.num_speculative_tokens or int(recorded)
+    return ResolvedTier(
+        tier,
+        model_path,
+        model_version,
+        draft_path=draft_path,
+        draft_version=draft_version,
+        speculative_method="draft_model",
+        num_speculative_tokens=k,
+    )
+
+
+def cuda_available() -> bool:
+    """True on a CUDA machine; decided without importing torch (the ingress never needs it)."""
+    return Path("/dev/nvidia0").exists() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+
+
+def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
+    """vLLM engine arguments for a resolved tier."""
+    engine = resolved.config.engine
+    kwargs: dict[str, Any] = {
+        "dtype": engine.dtype,
+        "max_model_len": engine.max_model_len,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "enforce_eager": engine.enforce_eager,
+        "max_num_seqs": engine.max_num_seqs,
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "seed": engine.seed,
+    }
+    if resolved.speculative_method == "ngram":
+        spec = resolved.config.speculative
+        assert spec is not None
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": resolved.num_speculative_tokens,
+            "prompt_lookup_max": spec.prompt_lookup_max,
+            "prompt_lookup_min": spec.prompt_lookup_min,
+        }
+    elif resolved.speculative_method == "draft_model":
+        kwargs["speculative_config"] = {
+            "method": "draft_model",
+            "model": str(resolved.draft_path),
+            "num_speculative_tokens": resolved.num_speculative_tokens,
+        }
+    kwargs.update(engine.extra)
+    return kwargs
+
+
+def to_llm_config(resolved: ResolvedTier) -> Any:
+    """The Ray Serve LLM ``LLMConfig`` for one resolved tier."""
+    from ray.serve.llm import LLMConfig
+
+    tier = resolved.config
+    bundle: dict[str, float] = {"CPU": tier.num_cpus}
+    if cuda_available():
+        bundle["GPU"] = 1
+    try:
+        return LLMConfig(
+            model_loading_config={"model_id": tier.model_id, "model_source": str(resolved.model_path)},
+            engine_kwargs=engine_kwargs(resolved),
+            deployment_config={"num_replicas": tier.replicas},
+            placement_group_config={"bundles": [bundle] * tier.engine.tensor_parallel_size},
+            log_engine_metrics=True,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"tier {tier.name!r}: invalid engine configuration: {exc}") from exc
