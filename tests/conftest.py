@@ -1,0 +1,150 @@
+"""Session-scoped fixtures that start real servers: a local S3 (moto) and the full gateway (Ray + vLLM).
+
+Each server starts once per test session and only when a test asks for it, so the unit tests stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+GATEWAY_START_TIMEOUT_S = 900
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "<no log>"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible HTTP server (moto) on loopback; yields its endpoint URL."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    server = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or "moto_server"
+    env = os.environ | {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+    with log.open("w") as out:
+        process = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            if process.poll() is not None:
+                pytest.fail(f"moto_server exited early:\n{_tail(log)}")
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail(f"moto_server did not start:\n{_tail(log)}")
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def bundled_model_dir() -> Path:
+    """The bundled model as safetensors (converted once per machine, verified every time)."""
+    from serving.bundled import prepare_bundled_model
+
+    return prepare_bundled_model()
+
+
+@pytest.fixture(scope="session")
+def subset_draft_dir(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An undistilled draft made from layers 0, 10, 20, 29 of the bundled model."""
+    from distill.draft_init import build_layer_subset_draft
+
+    return build_layer_subset_draft(bundled_model_dir, tmp_path_factory.mktemp("draft") / "subset", [0, 10, 20, 29])
+
+
+@dataclass
+class Gateway:
+    base_url: str
+    log: Path
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) -> Iterator[Gateway]:
+    """`tandem serve` in a subprocess, float32, with the fast tier speculating with a layer-subset draft.
+
+    Float32 because the lossless test compares token ids: the fast tier must reproduce the standard
+    tier exactly, and float32 leaves no room for batch-shape rounding differences.
+    """
+    work = tmp_path_factory.mktemp("gateway")
+    port = free_port()
+    config = {
+        "registry": f"file://{work / 'registry'}",
+        "engine": {"dtype": "float32", "max_model_len": 2048, "gpu_memory_utilization": 0.15, "max_num_seqs": 16},
+        "tiers": [
+            {"name": "standard", "model_id": "tandem-standard", "aliases": ["standard"]},
+            {
+                "name": "fast",
+                "model_id": "tandem-fast",
+                "aliases": ["fast"],
+                "speculative": {"method": "draft_model", "draft": str(subset_draft_dir), "num_speculative_tokens": 3},
+            },
+        ],
+        "server": {"host": "127.0.0.1", "port": port},
+    }
+    config_path = work / "tandem.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log = work / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "serve", "--config", str(config_path)],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + GATEWAY_START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"tandem serve exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail(f"tandem serve not ready after {GATEWAY_START_TIMEOUT_S}s:\n{_tail(log)}")
+        time.sleep(2)
+    yield Gateway(base_url=base_url, log=log)
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)

@@ -1,0 +1,101 @@
+"""TierConfig -> resolved tier -> Ray Serve LLM LLMConfig, and draft selection from the registry."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from infra.errors import ArtifactNotFound
+from infra.manifest import Lineage
+from infra.registry import FileRegistry
+from serving.tiers import SpeculativeConfig, TierConfig, engine_kwargs, resolve_tier, to_llm_config
+
+
+def _model_dir(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    return path
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> FileRegistry:
+    registry = FileRegistry(tmp_path / "registry")
+    registry.publish(_model_dir(tmp_path, "m"), "toy", "v1", kind="model")
+    return registry
+
+
+def test_standard_tier_has_no_speculation(registry: FileRegistry) -> None:
+    resolved = resolve_tier(TierConfig(name="standard", model_id="tandem-standard", model="toy@v1"), registry)
+    kwargs = engine_kwargs(resolved)
+    assert "speculative_config" not in kwargs
+    assert kwargs["dtype"] == "float32" and kwargs["enforce_eager"] is True
+    assert resolved.version == "toy@v1"
+    config = to_llm_config(resolved)
+    assert config.model_id == "tandem-standard"
+    assert config.model_loading_config.model_source == str(registry.fetch("toy@v1"))
+
+
+def test_fast_tier_falls_back_to_ngram_without_a_draft(registry: FileRegistry) -> None:
+    resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
+    spec = engine_kwargs(resolved)["speculative_config"]
+    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+def test_fast_tier_picks_newest_draft_of_its_model(registry: FileRegistry, tmp_path: Path) -> None:
+    lineage = Lineage(parents=["toy@v1"])
+    registry.publish(_model_dir(tmp_path, "d1"), "toy-draft", "v1", kind="draft", lineage=lineage)
+    time.sleep(0.01)
+    registry.publish(
+        _model_dir(tmp_path, "d2"),
+        "toy-draft",
+        "v2",
+        kind="draft",
+        lineage=lineage,
+        metadata={"num_speculative_tokens": 5},
+    )
+    registry.publish(
+        _model_dir(tmp_path, "other"), "other-draft", "v1", kind="draft", lineage=Lineage(parents=["x@v1"])
+    )
+    resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
+    assert resolved.speculative_method == "draft_model"
+    assert resolved.draft_version == "toy-draft@v2"
+    assert resolved.version == "toy@v1+toy-draft@v2"
+    spec = engine_kwargs(resolved)["speculative_config"]
+    assert spec["method"] == "draft_model" and spec["num_speculative_tokens"] == 5
+    assert spec["model"] == str(registry.fetch("toy-draft@v2"))
+
+
+def test_explicit_ngram_ignores_drafts(registry: FileRegistry, tmp_path: Path) -> None:
+    registry.publish(_model_dir(tmp_path, "d"), "toy-draft", "v1", kind="draft", lineage=Lineage(parents=["toy@v1"]))
+    tier = TierConfig(name="fast", model_id="f", model="toy@v1", speculative=SpeculativeConfig(method="ngram"))
+    assert resolve_tier(tier, registry).speculative_method == "ngram"
+
+
+def test_local_draft_directory(registry: FileRegistry, tmp_path: Path) -> None:
+    draft = _model_dir(tmp_path, "local-draft")
+    tier = TierConfig(
+        name="fast",
+        model_id="f",
+        model="toy@v1",
+        speculative=SpeculativeConfig(method="draft_model", draft=str(draft), num_speculative_tokens=2),
+    )
+    kwargs = engine_kwargs(resolve_tier(tier, registry))
+    assert kwargs["speculative_config"] == {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2}
+
+
+def test_invalid_tier_configs() -> None:
+    with pytest.raises(ValidationError, match="needs `draft`"):
+        SpeculativeConfig(method="draft_model")
+    with pytest.raises(ValidationError, match="does not speculate"):
+        TierConfig(name="standard", model_id="s", speculative=SpeculativeConfig())
+    with pytest.raises(ValidationError):
+        TierConfig.model_validate({"name": "turbo", "model_id": "x"})
+
+
+def test_unknown_model_ref(registry: FileRegistry) -> None:
+    with pytest.raises(ArtifactNotFound):
+        resolve_tier(TierConfig(name="standard", model_id="s", model="nope@v1"), registry)
