@@ -145,8 +145,8 @@ def paired_comparison(
     rng = random.Random(seed)
     means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
     alpha = (1 - confidence) / 2
-    low = means[int(math.floor(alpha * (resamples - 1)))]
-    high = means[int(math.ceil((1 - alpha) * (resamples - 1)))]
+    low = means[math.floor(alpha * (resamples - 1))]
+    high = means[math.ceil((1 - alpha) * (resamples - 1))]
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x >= 0.5 > y)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y >= 0.5 > x)
     return PairedComparison(

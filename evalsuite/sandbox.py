@@ -30,7 +30,7 @@ from inspect_ai.util import (
     sandboxenv,
 )
 from inspect_ai.util._sandbox.environment import SandboxUserUnsupportedError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.errors import SandboxError
 
@@ -51,6 +51,8 @@ _uid_counter = itertools.count()
 class BwrapConfig(BaseModel):
     """Limits and layout of the ``bwrap`` sandbox (pass as ``sandbox=("bwrap", BwrapConfig(...))``)."""
 
+    model_config = ConfigDict(frozen=True)  # Inspect hashes sandbox specs
+
     snapshot_dir: str | None = Field(default=None, description="Copied into /workspace for every sample.")
     cpu_seconds: int = Field(default=30, description="RLIMIT_CPU per process tree member, seconds.")
     memory_bytes: int = Field(default=1 << 30, description="RLIMIT_AS (address space) per process.")
@@ -65,9 +67,7 @@ class BwrapConfig(BaseModel):
     output_limit_bytes: int = Field(
         default=1 << 20, description="Cap per stream; the process is killed past it."
     )
-    ro_binds: list[str] = Field(
-        default_factory=lambda: ["/usr", "/etc"], description="Read-only system binds."
-    )
+    ro_binds: tuple[str, ...] = Field(default=("/usr", "/etc"), description="Read-only system binds.")
     drop_privileges: bool = Field(default=True, description="When root, run as a fresh unprivileged uid.")
     root_parent: str | None = Field(
         default=None, description="Where per-sample trees live (default: TMPDIR)."
@@ -82,13 +82,25 @@ def bwrap_available() -> bool:
         import subprocess
 
         probe = subprocess.run(
-            [_BWRAP, "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "true"],
+            [_BWRAP, "--unshare-all", "--ro-bind", "/usr", "/usr", *_system_links(), "/usr/bin/true"],
             capture_output=True,
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
+
+
+def _system_links() -> list[str]:
+    """bwrap arguments recreating /bin, /lib, /lib64, /sbin as on the host (symlinks into /usr or binds)."""
+    arguments: list[str] = []
+    for top in ("bin", "lib", "lib64", "sbin"):
+        host = Path("/") / top
+        if host.is_symlink():
+            arguments += ["--symlink", os.readlink(host), f"/{top}"]
+        elif host.is_dir():
+            arguments += ["--ro-bind", str(host), f"/{top}"]
+    return arguments
 
 
 def _resolve_config(config: SandboxEnvironmentConfigType | None) -> BwrapConfig:
@@ -210,12 +222,7 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         for bind in self.config.ro_binds:
             if Path(bind).exists():
                 jail += ["--ro-bind", bind, bind]
-        for top in ("bin", "lib", "lib64", "sbin"):
-            host = Path("/") / top
-            if host.is_symlink():
-                jail += ["--symlink", os.readlink(host), f"/{top}"]
-            elif host.is_dir():
-                jail += ["--ro-bind", str(host), f"/{top}"]
+        jail += _system_links()
         workdir = WORKSPACE if cwd is None else (cwd if cwd.startswith("/") else f"{WORKSPACE}/{cwd}")
         jail += [
             "--proc", "/proc", "--dev", "/dev",
@@ -299,6 +306,8 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         finally:
             self._kill(process)
             self._running.discard(process)
+            with contextlib.suppress(Exception):  # reap it so no transport outlives the event loop
+                await asyncio.wait_for(asyncio.shield(process.wait()), 5)
         stdout = out.decode("utf-8", errors="replace")
         stderr = err.decode("utf-8", errors="replace")
         if overflow:

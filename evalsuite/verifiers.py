@@ -65,8 +65,7 @@ def parse_answer(completion: str) -> str | None:
 
 def normalize_text(value: str) -> str:
     """Case-fold, collapse whitespace, drop surrounding quotes/markup and a trailing full stop."""
-    text = " ".join(value.split()).strip().strip("\"'`*").strip()
-    return text.rstrip(".").casefold()
+    return " ".join(value.split()).strip(" \"'`*.").casefold()
 
 
 def parse_number(value: str) -> float | None:

@@ -27,6 +27,9 @@ def _log_line(rng: random.Random, index: int) -> tuple[str, str, str, int]:
 def count_matches(rng: random.Random, difficulty: Difficulty) -> Draft:
     n = _SIZES[difficulty] + rng.randrange(5)
     lines = [_log_line(rng, i) for i in range(n)]
+    service = rng.choice(SERVICES)
+    # one line matching every tier's question, so no answer is a trivial 0
+    lines[rng.randrange(n)] = ("ERROR", service, f"req-{rng.randrange(1000, 9999)}", 503)
     text = [
         f"2026-11-{1 + i % 28:02d}T10:{i % 60:02d}:00 {lvl} service={svc} request={req} status={st}"
         for i, (lvl, svc, req, st) in enumerate(lines)
@@ -38,7 +41,6 @@ def count_matches(rng: random.Random, difficulty: Difficulty) -> Draft:
         question = "How many lines of logs/app.log contain the level ERROR?"
         solution = "grep -c ' ERROR ' logs/app.log > answer.txt"
     elif difficulty == "medium":
-        service = rng.choice(SERVICES)
         half = len(text) // 2
         files["logs/app-1.log"] = "\n".join(text[:half]) + "\n"
         files["logs/app-2.log"] = "\n".join(text[half:]) + "\n"

@@ -1,0 +1,51 @@
+"""Typer commands ``tandem eval`` and ``tandem gate`` (registered by ``cli/main.py``); light to import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def eval_command(
+    model: str = typer.Option(..., "--model", help="Bare gateway id (tandem-fast) or Inspect model name."),
+    families: str = typer.Option("terminal,documents,agent", "--families", help="Comma-separated families."),
+    split: str = typer.Option("test", "--split", help="train | dev | test"),
+    limit: int = typer.Option(20, "--limit", min=1, help="Samples per family."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="OpenAI-compatible URL (default: the gateway)."
+    ),
+    log_dir: Path = typer.Option(Path("logs/eval"), "--log-dir", help="Where Inspect logs are written."),
+    seed: int = typer.Option(0, "--seed"),
+    difficulty: str | None = typer.Option(None, "--difficulty", help="easy | medium | hard (default: all)"),
+    rotation_key: str = typer.Option("r0", "--rotation-key", help="Changes the test split's instances."),
+    max_samples: int = typer.Option(4, "--max-samples", min=1, help="Samples run concurrently."),
+) -> None:
+    """Run the eval suite against a model and write Inspect logs."""
+    from evalsuite.runner import run_eval
+
+    paths = run_eval(model, [f.strip() for f in families.split(",") if f.strip()], split, limit, base_url,
+                     log_dir, seed, difficulty, rotation_key, max_samples)  # fmt: skip
+    for path in paths:
+        console.print(f"log: {path}")
+
+
+def gate_command(
+    candidate: Path = typer.Option(..., "--candidate", help="Candidate Inspect log file or directory."),
+    baseline: Path = typer.Option(..., "--baseline", help="Baseline Inspect log file or directory."),
+    policy: Path = typer.Option(Path("infra/gate.yaml"), "--policy", help="Gate policy YAML."),
+    report_dir: Path = typer.Option(Path("reports/gate"), "--report-dir", help="Where the reports go."),
+) -> None:
+    """Paired release gate: exit 0 pass, 1 fail, 2 error (TandemError)."""
+    from evalsuite.runner import run_gate
+
+    verdict, markdown, page = run_gate(candidate, baseline, policy, report_dir)
+    for check in verdict.checks:
+        mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
+        console.print(f"{mark} {check.name}: {check.reason}")
+    console.print(f"report: {markdown} and {page}")
+    if not verdict.passed:
+        raise typer.Exit(code=1)

@@ -1,0 +1,118 @@
+"""Render a :class:`GateVerdict` as Markdown and as a self-contained HTML page with per-family charts."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from evalsuite.gate import GateCheck, GateVerdict
+
+
+def _row(check: GateCheck) -> str:
+    c = check.comparison
+    stats = (
+        f"{c.n} | {c.mean_a:.3f} | {c.mean_b:.3f} | {c.diff:+.3f} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | "
+        f"{c.discordant_a_only}/{c.discordant_b_only} (p={c.mcnemar_p:.3g})"
+        if c
+        else "- | - | - | - | - | -"
+    )
+    return (
+        f"| {'PASS' if check.passed else 'FAIL'} | {check.name} | {check.kind} | {stats} | {check.reason} |"
+    )
+
+
+def render_markdown(verdict: GateVerdict) -> str:
+    """The report as Markdown: verdict, one table row per check, and the policy used."""
+    failed = [c for c in verdict.checks if not c.passed]
+    lines = [
+        f"# Release gate: {'PASS' if verdict.passed else 'FAIL'}",
+        "",
+        f"Candidate models: {', '.join(verdict.candidate_models)}; baseline models: "
+        f"{', '.join(verdict.baseline_models)}; metric: `{verdict.policy.metric}`; confidence "
+        f"{verdict.policy.confidence:.0%} (paired bootstrap, {verdict.policy.bootstrap_resamples} resamples).",
+        "",
+        "## Why" if failed else "## All checks passed",
+        *[f"- **{c.name}**: {c.reason}" for c in failed],
+        "",
+        "| result | check | kind | n | a | b | a - b | CI | McNemar a-only/b-only | reason |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[_row(c) for c in verdict.checks],
+        "",
+        "a = candidate (parity: fast tier), b = baseline (parity: standard tier).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _chart(checks: list[GateCheck], family: str) -> str:
+    """PNG (base64) of a family's checks: a - b with its CI against the margin band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [c for c in checks if c.comparison is not None]
+    figure, axis = plt.subplots(figsize=(6.5, 0.7 + 0.6 * max(1, len(rows))))
+    for index, check in enumerate(rows):
+        assert check.comparison is not None
+        comparison = check.comparison
+        colour = "tab:green" if check.passed else "tab:red"
+        axis.errorbar(comparison.diff, index, xerr=[[comparison.diff - comparison.ci_low],
+                      [comparison.ci_high - comparison.diff]], fmt="o", color=colour, capsize=4)  # fmt: skip
+        axis.axvline(-check.margin, color="grey", linestyle="--", linewidth=0.8)
+        if check.kind == "parity":
+            axis.axvline(check.margin, color="grey", linestyle="--", linewidth=0.8)
+    axis.axvline(0, color="black", linewidth=0.6)
+    axis.set_yticks(range(len(rows)), [c.name for c in rows])
+    axis.set_xlabel("paired difference a - b (dashed: margin)")
+    axis.set_title(f"{family}")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def render_html(verdict: GateVerdict) -> str:
+    """A self-contained page: verdict banner, reasons, a chart per family (embedded PNG), the table."""
+    families = sorted({c.family for c in verdict.checks if c.comparison is not None})
+    charts = "".join(
+        f'<h3>{html.escape(f)}</h3><img alt="{html.escape(f)}" src="data:image/png;base64,'
+        f'{_chart([c for c in verdict.checks if c.family == f], f)}"/>'
+        for f in families
+    )
+    rows = "".join(
+        f"<tr class={'pass' if c.passed else 'fail'}><td>{'PASS' if c.passed else 'FAIL'}</td>"
+        f"<td>{html.escape(c.name)}</td><td>{c.kind}</td>"
+        f"<td>{c.comparison.n if c.comparison else '-'}</td>"
+        f"<td>{f'{c.comparison.diff:+.3f}' if c.comparison else '-'}</td>"
+        f"<td>{html.escape(c.reason)}</td></tr>"
+        for c in verdict.checks
+    )
+    reasons = "".join(f"<li><b>{html.escape(c.name)}</b>: {html.escape(c.reason)}</li>"
+                      for c in verdict.checks if not c.passed)  # fmt: skip
+    status = "PASS" if verdict.passed else "FAIL"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Release gate: " + status + "</title><style>"
+        "body{font-family:sans-serif;max-width:960px;margin:2em auto}.banner{padding:.6em 1em;color:#fff;"
+        "font-size:1.4em}.PASS{background:#2a7d2a}.FAIL{background:#b22222}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px}tr.fail td:first-child{color:#b22222;font-weight:bold}"
+        "tr.pass td:first-child{color:#2a7d2a}</style></head><body>"
+        f"<div class='banner {status}'>Release gate: {status}</div>"
+        f"<p>Candidate: {html.escape(', '.join(verdict.candidate_models))}; baseline: "
+        f"{html.escape(', '.join(verdict.baseline_models))}; metric {verdict.policy.metric}.</p>"
+        + (f"<h2>Why it failed</h2><ul>{reasons}</ul>" if reasons else "<h2>All checks passed</h2>")
+        + f"<h2>Per family</h2>{charts}<h2>Checks</h2><table><tr><th>result</th><th>check</th><th>kind</th>"
+        f"<th>n</th><th>a - b</th><th>reason</th></tr>{rows}</table></body></html>"
+    )
+
+
+def write_reports(verdict: GateVerdict, directory: str | Path) -> tuple[Path, Path]:
+    """Write ``gate-report.md`` and ``gate-report.html`` into ``directory``; returns both paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    markdown, page = directory / "gate-report.md", directory / "gate-report.html"
+    markdown.write_text(render_markdown(verdict))
+    page.write_text(render_html(verdict))
+    return markdown, page

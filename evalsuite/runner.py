@@ -1,0 +1,97 @@
+"""Run the suite against a model and apply the gate: the Python API behind ``tandem eval`` / ``tandem gate``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import EvalError
+from evalsuite.gate import GateVerdict, evaluate_gate, load_policy, read_outcomes
+from evalsuite.gate_report import write_reports
+from evalsuite.generators import DEFAULT_ROTATION_KEY
+from evalsuite.schema import DIFFICULTIES, FAMILIES, SPLITS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GATEWAY_URL = "http://127.0.0.1:8000/v1"
+# Bare ids such as ``tandem-fast`` name a model behind the local gateway, reached as an OpenAI-compatible
+# service; anything with a slash is an Inspect model name (``openai/gpt-4o``, ``mockllm/model``, ...).
+GATEWAY_SERVICE = "tandem"
+
+
+def resolve_model(model: str, base_url: str | None = None, **model_args: Any) -> Any:
+    """An Inspect ``Model`` for ``model``; bare ids go to the gateway at ``base_url``."""
+    from inspect_ai.model import get_model
+
+    if "/" in model:
+        return get_model(model, base_url=base_url, **model_args)
+    api_key = os.environ.get("TANDEM_API_KEY", "tandem-local")
+    return get_model(f"openai-api/{GATEWAY_SERVICE}/{model}", base_url=base_url or DEFAULT_GATEWAY_URL,
+                     api_key=api_key, **model_args)  # fmt: skip
+
+
+def build_tasks(
+    families: list[str],
+    split: str = "test",
+    limit: int = 20,
+    seed: int = 0,
+    difficulty: str | None = None,
+    rotation_key: str = DEFAULT_ROTATION_KEY,
+) -> list[Any]:
+    """Inspect ``Task`` objects for ``families`` (``limit`` samples each)."""
+    from evalsuite.tasks import TASKS
+
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise EvalError(f"unknown families {unknown} (allowed: {', '.join(FAMILIES)})")
+    if split not in SPLITS:
+        raise EvalError(f"unknown split {split!r} (allowed: {', '.join(SPLITS)})")
+    if difficulty is not None and difficulty not in DIFFICULTIES:
+        raise EvalError(f"unknown difficulty {difficulty!r} (allowed: {', '.join(DIFFICULTIES)})")
+    return [
+        TASKS[f](split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key)
+        for f in families
+    ]
+
+
+def run_eval(
+    model: str | Any,
+    families: list[str] | None = None,
+    split: str = "test",
+    limit: int = 20,
+    base_url: str | None = None,
+    log_dir: str | Path = "logs/eval",
+    seed: int = 0,
+    difficulty: str | None = None,
+    rotation_key: str = DEFAULT_ROTATION_KEY,
+    max_samples: int = 4,
+    display: str = "none",
+) -> list[Path]:
+    """Evaluate ``model`` (name or Inspect ``Model``) on the suite; returns the Inspect log files written."""
+    from inspect_ai import eval as inspect_eval
+
+    tasks = build_tasks(list(families or FAMILIES), split, limit, seed, difficulty, rotation_key)
+    resolved = resolve_model(model, base_url) if isinstance(model, str) else model
+    logs = inspect_eval(tasks, model=resolved, log_dir=str(log_dir), max_samples=max_samples,
+                        display=display, fail_on_error=False)  # type: ignore[arg-type]  # fmt: skip
+    failed = [lg for lg in logs if lg.status != "success"]
+    for eval_log in failed:
+        log.warning("event=eval_incomplete task=%s status=%s error=%s", eval_log.eval.task, eval_log.status,
+                    eval_log.error.message if eval_log.error else "")  # fmt: skip
+    paths = [Path(lg.location) for lg in logs]
+    log.info("event=eval_done model=%s logs=%s", getattr(resolved, "name", resolved), [str(p) for p in paths])
+    return paths
+
+
+def run_gate(
+    candidate: str | Path,
+    baseline: str | Path,
+    policy: str | Path = "infra/gate.yaml",
+    report_dir: str | Path = "reports/gate",
+) -> tuple[GateVerdict, Path, Path]:
+    """Read both sets of logs, apply the policy, write the Markdown and HTML reports."""
+    verdict = evaluate_gate(read_outcomes(candidate), read_outcomes(baseline), load_policy(policy))
+    markdown, page = write_reports(verdict, report_dir)
+    return verdict, markdown, page
