@@ -25,11 +25,14 @@ def resolve_model(model: str, base_url: str | None = None, **model_args: Any) ->
     """An Inspect ``Model`` for ``model``; bare ids go to the gateway at ``base_url``."""
     from inspect_ai.model import get_model
 
-    if "/" in model:
-        return get_model(model, base_url=base_url, **model_args)
-    api_key = os.environ.get("TANDEM_API_KEY", "tandem-local")
-    return get_model(f"openai-api/{GATEWAY_SERVICE}/{model}", base_url=base_url or DEFAULT_GATEWAY_URL,
-                     api_key=api_key, **model_args)  # fmt: skip
+    gateway_key = os.environ.get("TANDEM_API_KEY", "tandem-local")
+    if "/" not in model:
+        return get_model(f"openai-api/{GATEWAY_SERVICE}/{model}", base_url=base_url or DEFAULT_GATEWAY_URL,
+                         api_key=gateway_key, **model_args)  # fmt: skip
+    if model.startswith("openai/") and base_url and not os.environ.get("OPENAI_API_KEY"):
+        # an OpenAI-compatible URL (such as the gateway) with no OpenAI key: use the gateway's key
+        model_args.setdefault("api_key", gateway_key)
+    return get_model(model, base_url=base_url, **model_args)
 
 
 def build_tasks(

@@ -70,7 +70,9 @@ def normalize_text(value: str) -> str:
 
 def parse_number(value: str) -> float | None:
     """First number in ``value``, ignoring currency words, thousands separators and a unicode minus."""
-    match = _NUMBER.search(value.replace("EUR", "").replace("€", ""))
+    for symbol in ("EUR", "USD", "\u20ac", "$", "\u00a3"):
+        value = value.replace(symbol, "")
+    match = _NUMBER.search(value)
     if match is None:
         return None
     cleaned = match.group(0).replace(_MINUS, "-").replace(",", "").replace("'", "").replace(" ", "")

@@ -208,3 +208,11 @@ def test_runs_as_unprivileged_uid_when_root() -> None:
             assert (await box.exec(["id", "-u"])).stdout.strip() != "0"
 
     run(body())
+
+
+def test_registered_with_inspect() -> None:
+    from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
+
+    import evalsuite._registry  # noqa: F401  (what the inspect_ai entry point loads)
+
+    assert registry_find_sandboxenv("bwrap") is BwrapSandboxEnvironment

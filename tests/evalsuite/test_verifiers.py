@@ -22,6 +22,7 @@ def test_parsing() -> None:
     assert parse_number("EUR 1,234.50") == 1234.5
     assert parse_number("\u221212") == -12.0
     assert parse_number("n/a") is None
+    assert parse_number("-$5.25") == -5.25
 
 
 @pytest.mark.parametrize("task_type", ["extract_field", "compute_total", "cross_check", "needle"])
