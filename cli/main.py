@@ -31,6 +31,10 @@ def _register() -> None:
     app.command("serve")(serve_command)
     app.add_typer(models_app, name="models")
 
+    from cli.bench import bench_app
+
+    app.add_typer(bench_app, name="bench")
+
 
 _register()
 

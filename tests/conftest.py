@@ -45,7 +45,9 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or "moto_server"
     env = os.environ | {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
     with log.open("w") as out:
-        process = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env)
+        process = subprocess.Popen(
+            [server, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -80,7 +82,9 @@ def subset_draft_dir(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathF
     """An undistilled draft made from layers 0, 10, 20, 29 of the bundled model."""
     from distill.draft_init import build_layer_subset_draft
 
-    return build_layer_subset_draft(bundled_model_dir, tmp_path_factory.mktemp("draft") / "subset", [0, 10, 20, 29])
+    return build_layer_subset_draft(
+        bundled_model_dir, tmp_path_factory.mktemp("draft") / "subset", [0, 10, 20, 29]
+    )
 
 
 @dataclass
@@ -99,19 +103,32 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
 
     Float32 because the lossless test compares token ids: the fast tier must reproduce the standard
     tier exactly, and float32 leaves no room for batch-shape rounding differences.
+    Set TANDEM_TEST_GATEWAY_URL to run the tests against a gateway that is already running.
     """
+    if os.environ.get("TANDEM_TEST_GATEWAY_URL"):
+        yield Gateway(base_url=os.environ["TANDEM_TEST_GATEWAY_URL"].rstrip("/"), log=Path("/dev/null"))
+        return
     work = tmp_path_factory.mktemp("gateway")
     port = free_port()
     config = {
         "registry": f"file://{work / 'registry'}",
-        "engine": {"dtype": "float32", "max_model_len": 2048, "gpu_memory_utilization": 0.15, "max_num_seqs": 16},
+        "engine": {
+            "dtype": "float32",
+            "max_model_len": 2048,
+            "gpu_memory_utilization": 0.15,
+            "max_num_seqs": 16,
+        },
         "tiers": [
             {"name": "standard", "model_id": "tandem-standard", "aliases": ["standard"]},
             {
                 "name": "fast",
                 "model_id": "tandem-fast",
                 "aliases": ["fast"],
-                "speculative": {"method": "draft_model", "draft": str(subset_draft_dir), "num_speculative_tokens": 3},
+                "speculative": {
+                    "method": "draft_model",
+                    "draft": str(subset_draft_dir),
+                    "num_speculative_tokens": 3,
+                },
             },
         ],
         "server": {"host": "127.0.0.1", "port": port},

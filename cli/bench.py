@@ -1,0 +1,75 @@
+"""`tandem bench ...`: benchmarks that measure real runs and write JSON under bench/results/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+bench_app = typer.Typer(
+    help="Benchmarks: each measures a real run and writes JSON under bench/results/.", no_args_is_help=True
+)
+
+RESULTS_DIR = Path("bench/results")
+
+
+@bench_app.command("tiers")
+def bench_tiers(
+    url: Annotated[
+        str | None, typer.Option(help="Benchmark an already running gateway (default: start one).")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="Gateway config when starting one.")] = None,
+    streams: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,16",
+    max_tokens: Annotated[int, typer.Option(min=8, help="Tokens decoded per request (EOS ignored).")] = 128,
+    requests_per_stream: Annotated[int, typer.Option(min=1, help="Requests per concurrent stream.")] = 2,
+    out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
+) -> None:
+    """TTFT, time per output token and tokens/s for each tier at 1 and 16 streams, with fast/standard ratios."""
+    from gateway.bench import markdown_table, run_tier_bench, write_result
+
+    levels = tuple(int(part) for part in streams.split(",") if part.strip())
+    started_here = False
+    if url is None:
+        from gateway.config import load_config
+        from gateway.server import start_gateway
+
+        with console.status("starting the gateway...") as status:
+            running = start_gateway(load_config(config), on_progress=lambda m: status.update(m))
+        url, started_here = running.base_url, True
+    try:
+        with console.status(f"measuring tiers at {levels} streams x {max_tokens} tokens..."):
+            result = run_tier_bench(
+                url.rstrip("/"),
+                models={"standard": "tandem-standard", "fast": "tandem-fast"},
+                stream_levels=levels,
+                max_tokens=max_tokens,
+                requests_per_stream=requests_per_stream,
+            )
+    finally:
+        if started_here:
+            from gateway.server import stop_gateway
+
+            stop_gateway()
+    path = write_result(result, out, "tiers")
+    table = Table(title="tiers benchmark")
+    for column in ("tier", "streams", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "tok/s", "errors"):
+        table.add_column(column)
+    for level in result["levels"]:
+        table.add_row(
+            level["tier"],
+            str(level["streams"]),
+            str(level["ttft_p50_ms"]),
+            str(level["ttft_p95_ms"]),
+            str(level["tpot_p50_ms"]),
+            str(level["tokens_per_s"]),
+            str(level["errors"]),
+        )
+    console.print(table)
+    for name, value in result["ratios"].items():
+        console.print(f"{name}: [bold]{value}x[/]")
+    console.print(f"written: {path}")
+    (out / "tiers-latest.md").write_text(markdown_table(result))
