@@ -17,6 +17,15 @@ bench_app = typer.Typer(
 RESULTS_DIR = Path("bench/results")
 
 
+def _register_package_benches() -> None:
+    from evalsuite.cli import bench_eval_command
+
+    bench_app.command("eval")(bench_eval_command)
+
+
+_register_package_benches()
+
+
 @bench_app.command("tiers")
 def bench_tiers(
     url: Annotated[

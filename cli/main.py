@@ -31,6 +31,15 @@ def _register() -> None:
     app.command("serve")(serve_command)
     app.add_typer(models_app, name="models")
 
+    from evalsuite.cli import eval_command, gate_command
+
+    app.command("eval")(eval_command)
+    app.command("gate")(gate_command)
+
+    from distill.cli import distill_command
+
+    app.command("distill")(distill_command)
+
     from cli.bench import bench_app
 
     app.add_typer(bench_app, name="bench")
