@@ -45,28 +45,58 @@ def render_markdown(verdict: GateVerdict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _label(check: GateCheck) -> str:
+    if check.kind == "parity":
+        return "fast vs standard"
+    return check.name.split("[", 1)[-1].rstrip("]") if "[" in check.name else check.name
+
+
 def _chart(checks: list[GateCheck], family: str) -> str:
-    """PNG (base64) of a family's checks: a - b with its CI against the margin band."""
+    """PNG (base64) for one family: success rates side by side, and a - b with its CI against the margin."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [c for c in checks if c.comparison is not None]
-    figure, axis = plt.subplots(figsize=(6.5, 0.7 + 0.6 * max(1, len(rows))))
+    height = 1.2 + 0.55 * max(1, len(rows))
+    figure, (rates, diffs) = plt.subplots(1, 2, figsize=(10, height), gridspec_kw={"width_ratios": [1, 1.4]})
+    labels = [_label(c) for c in rows]
     for index, check in enumerate(rows):
-        assert check.comparison is not None
         comparison = check.comparison
+        assert comparison is not None
+        rates.barh(
+            index + 0.2,
+            comparison.mean_a,
+            height=0.4,
+            color="tab:blue",
+            label="a: candidate / fast" if index == 0 else None,
+        )
+        rates.barh(
+            index - 0.2,
+            comparison.mean_b,
+            height=0.4,
+            color="tab:grey",
+            label="b: baseline / standard" if index == 0 else None,
+        )
         colour = "tab:green" if check.passed else "tab:red"
-        axis.errorbar(comparison.diff, index, xerr=[[comparison.diff - comparison.ci_low],
-                      [comparison.ci_high - comparison.diff]], fmt="o", color=colour, capsize=4)  # fmt: skip
-        axis.axvline(-check.margin, color="grey", linestyle="--", linewidth=0.8)
+        error = [[comparison.diff - comparison.ci_low], [comparison.ci_high - comparison.diff]]
+        diffs.errorbar(comparison.diff, index, xerr=error, fmt="o", color=colour, capsize=4)
+        diffs.plot(
+            [-check.margin] * 2, [index - 0.4, index + 0.4], color="black", linestyle="--", linewidth=1
+        )
         if check.kind == "parity":
-            axis.axvline(check.margin, color="grey", linestyle="--", linewidth=0.8)
-    axis.axvline(0, color="black", linewidth=0.6)
-    axis.set_yticks(range(len(rows)), [c.name for c in rows])
-    axis.set_xlabel("paired difference a - b (dashed: margin)")
-    axis.set_title(f"{family}")
+            diffs.plot(
+                [check.margin] * 2, [index - 0.4, index + 0.4], color="black", linestyle="--", linewidth=1
+            )
+    rates.set_yticks(range(len(rows)), labels)
+    rates.set_xlim(0, 1)
+    rates.set_xlabel("success rate")
+    rates.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2, fontsize="small", frameon=False)
+    diffs.axvline(0, color="grey", linewidth=0.6)
+    diffs.set_yticks(range(len(rows)), [""] * len(rows))
+    diffs.set_xlabel("a - b with CI (dashed: margin)")
+    figure.suptitle(family)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
