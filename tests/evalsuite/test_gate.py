@@ -24,10 +24,12 @@ N = 12
 
 def make_logs(directory: Path, runs: dict[str, tuple[str, int]]) -> Path:
     instances = generate_instances("documents", "test", N)
-    for model, (mode, wrong_every) in runs.items():
-        policy = documents_policy(instances, mode, wrong_every)
-        inspect_eval(documents(n=N), model=get_model(f"mockllm/{model}", custom_outputs=policy),
-                     log_dir=str(directory), display="none")  # fmt: skip
+    models = [
+        get_model(f"mockllm/{name}", custom_outputs=documents_policy(instances, mode, wrong_every))
+        for name, (mode, wrong_every) in runs.items()
+    ]
+    logs = inspect_eval(documents(n=N), model=models, log_dir=str(directory), display="none")
+    assert all(log.status == "success" for log in logs)
     return directory
 
 
