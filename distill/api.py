@@ -104,6 +104,7 @@ def _train_run(
             if distiller.step % config.checkpoint_every == 0 or distiller.step == until_step:
                 distiller.save_checkpoint(run_dir, {"divergence": divergence})
             advance(status)
+            log.info("event=distill_step run=%s step=%d %s", label.replace(" ", "-"), distiller.step, status)
     if last_report is None or distiller.history.evaluations[-1][0] != distiller.step:
         last_report = distiller.evaluate()
     return last_report
@@ -173,7 +174,7 @@ def distill_draft(
 
     # 3. Divergence sweep (short runs from the same init), then the main run continues the winner.
     histories: dict[str, TrainingHistory] = {}
-    sweep: dict[str, float] = {}
+    sweep: dict[Divergence, float] = {}
     main_dir = work_dir / "main"
     if config.divergence == "auto":
         for candidate in config.divergence_candidates:
@@ -196,7 +197,7 @@ def distill_draft(
             histories[f"sweep {candidate}"] = distiller.history
             sweep[candidate] = report.expected_acceptance
             del distiller
-        divergence: Divergence = max(sweep, key=lambda name: sweep[name])  # type: ignore[assignment]
+        divergence: Divergence = max(sweep, key=sweep.__getitem__)
         log.info("event=distill_divergence_chosen divergence=%s sweep=%s", divergence, sweep)
         if not has_checkpoint(main_dir):
             main_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def distill_draft(
         after.expected_acceptance, cost_ratio, config.max_speculative_tokens
     )
 
-    report = {
+    summary = {
         "teacher": teacher_manifest.ref,
         "keep_layers": keep_layers,
         "init_from": config.init_from,
@@ -246,7 +247,7 @@ def distill_draft(
         "speculation": choice.model_dump(),
         "history": {label: history.to_json() for label, history in histories.items()},
     }
-    write_json(draft_dir / REPORT_NAME, report)
+    write_json(draft_dir / REPORT_NAME, summary)
     plot_training_curves(histories, draft_dir / CURVE_NAME, chosen=f"main {divergence}")
     shutil.copy2(draft_dir / CURVE_NAME, work_dir / CURVE_NAME)
 

@@ -62,7 +62,7 @@ def _chat_token_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rows = []
     for prompt in prompts:
-        ids = tokenizer.apply_chat_template(
+        ids: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
         )
         rows.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))

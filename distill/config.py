@@ -47,7 +47,10 @@ class DistillConfig(BaseModel):
         description="Token-level divergence; 'auto' runs each of divergence_candidates for sweep_steps and keeps "
         "the one with the highest held-out acceptance.",
     )
-    divergence_candidates: list[Divergence] = Field(default_factory=lambda: ["fkl", "jsd", "tvd"])
+    divergence_candidates: list[Divergence] = Field(
+        default_factory=lambda: list[Divergence](["fkl", "jsd", "tvd"]),
+        description="Divergences tried by the 'auto' sweep.",
+    )
     sweep_steps: int = Field(default=30, ge=1, description="Steps per candidate when divergence='auto'.")
     jsd_beta: float = Field(default=0.5, gt=0.0, lt=1.0, description="Mixture weight of the generalised JSD.")
     learning_rate: float = Field(default=3e-4, gt=0.0)
