@@ -1,0 +1,124 @@
+"""`tandem keys create|list|revoke`: manage the gateway's API keys (a thin shell over ``gateway.keys``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from gateway.keys import TIERS, SQLKeyStore, open_key_store
+from gateway.policy import default_key_store_url
+from infra.errors import ConfigError
+
+console = Console()
+
+keys_app = typer.Typer(help="Create, list and revoke gateway API keys.", no_args_is_help=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="TANDEM_KEY_STORE",
+        help="Key store: a SQLite path or a postgresql:// URL (default $TANDEM_HOME/gateway.db).",
+    ),
+]
+
+
+def _store(url: str | None) -> SQLKeyStore:
+    return open_key_store(url or default_key_store_url())
+
+
+@keys_app.command("create")
+def create_command(
+    name: Annotated[str, typer.Argument(help="Unique name of the key.")],
+    owner: Annotated[str, typer.Option(help="Who the key belongs to.")] = "",
+    tier: Annotated[
+        list[str] | None,
+        typer.Option("--tier", help=f"Allowed tier (repeatable; {', '.join(TIERS)}). Default: all."),
+    ] = None,
+    tool: Annotated[
+        list[str] | None, typer.Option("--tool", help="Allowed tool name (repeatable). Default: any tool.")
+    ] = None,
+    no_tools: Annotated[bool, typer.Option("--no-tools", help="Allow no tool calls at all.")] = False,
+    rpm: Annotated[
+        int | None, typer.Option("--rpm", min=1, help="Requests per minute (default: policy).")
+    ] = None,
+    tpm: Annotated[
+        int | None, typer.Option("--tpm", min=1, help="Tokens per minute (default: policy).")
+    ] = None,
+    expires_in_days: Annotated[
+        float | None, typer.Option("--expires-in-days", min=0, help="Expire after this many days.")
+    ] = None,
+    store: StoreOption = None,
+) -> None:
+    """Create a key and print it once; only its hash is stored."""
+    if no_tools and tool:
+        raise ConfigError("--no-tools and --tool exclude each other")
+    expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days is not None else None
+    key_store = _store(store)
+    try:
+        created = key_store.create(
+            name,
+            owner or name,
+            tiers=tier or None,
+            tools=[] if no_tools else (tool or None),
+            requests_per_minute=rpm,
+            tokens_per_minute=tpm,
+            expires_at=expires_at,
+        )
+    finally:
+        key_store.close()
+    console.print(
+        Panel(
+            f"[bold green]{created.key}[/]\n\nStore it now: it is shown only once and cannot be recovered.",
+            title=f"API key {created.record.key_id} ({created.record.name})",
+        )
+    )
+
+
+@keys_app.command("list")
+def list_command(
+    store: StoreOption = None,
+    active: Annotated[bool, typer.Option("--active", help="Hide revoked keys.")] = False,
+) -> None:
+    """List keys (ids and settings, never the keys themselves)."""
+    key_store = _store(store)
+    try:
+        records = key_store.list(include_revoked=not active)
+    finally:
+        key_store.close()
+    table = Table(title=f"{len(records)} API key(s)")
+    for column in ("id", "name", "owner", "tiers", "tools", "rpm", "tpm", "expires", "status"):
+        table.add_column(column)
+    for r in records:
+        status = "revoked" if r.revoked else "expired" if r.is_expired() else "active"
+        table.add_row(
+            r.key_id,
+            r.name,
+            r.owner,
+            ", ".join(r.tiers) if r.tiers is not None else "all",
+            ", ".join(r.tools) if r.tools is not None else "any",
+            str(r.requests_per_minute or "default"),
+            str(r.tokens_per_minute or "default"),
+            r.expires_at.isoformat(timespec="seconds") if r.expires_at else "never",
+            status,
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def revoke_command(
+    key: Annotated[str, typer.Argument(help="Key id (tk-xxxxxxxx) or name.")],
+    store: StoreOption = None,
+) -> None:
+    """Revoke a key; requests with it get 401 from then on."""
+    key_store = _store(store)
+    try:
+        record = key_store.revoke(key)
+    finally:
+        key_store.close()
+    console.print(f"revoked {record.key_id} ({record.name})")
