@@ -82,3 +82,34 @@ def bench_tiers(
         console.print(f"{name}: [bold]{value}x[/]")
     console.print(f"written: {path}")
     (out / "tiers-latest.md").write_text(markdown_table(result))
+
+
+@bench_app.command("gateway")
+def bench_gateway(
+    requests: Annotated[int, typer.Option(min=64, help="Requests per round and ingress.")] = 1000,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight.")] = 64,
+    rounds: Annotated[int, typer.Option(min=1, help="Alternating rounds per ingress.")] = 2,
+    port: Annotated[int, typer.Option(help="Port for the benchmark's own Serve proxy.")] = 8123,
+    out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
+) -> None:
+    """The gateway's added latency (p50/p99) and RPS over the bare OpenAiIngress, one cheap engine."""
+    from gateway.bench import write_result
+    from gateway.bench_overhead import run_gateway_overhead_bench
+
+    with console.status(f"measuring {rounds} rounds x {requests} requests at {concurrency} concurrency..."):
+        result = run_gateway_overhead_bench(
+            requests=requests, concurrency=concurrency, rounds=rounds, port=port
+        )
+    table = Table(title=f"gateway overhead at {concurrency} concurrency")
+    for column in ("ingress", "p50 ms", "p99 ms", "RPS"):
+        table.add_column(column)
+    for name in ("bare", "gateway"):
+        table.add_row(
+            name, str(result[name]["p50_ms"]), str(result[name]["p99_ms"]), str(result[name]["rps"])
+        )
+    console.print(table)
+    console.print(
+        f"added p50: [bold]{result['added_p50_ms']} ms[/], added p99: [bold]{result['added_p99_ms']} ms[/], "
+        f"RPS ratio: {result['rps_ratio']}"
+    )
+    console.print(f"written: {write_result(result, out, 'gateway')}")

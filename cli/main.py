@@ -50,6 +50,10 @@ _register()
 
 def main() -> None:
     """Console-script entry point with TandemError mapped to exit codes."""
+    import logging
+
+    # Ray configures the root logger at INFO; per-request client logs would drown the CLI's output.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         app(standalone_mode=False)
     except TandemError as exc:

@@ -127,6 +127,11 @@ async def _on_openai_http_error(_: Request, exc: Exception) -> JSONResponse:
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
     if type(exc).__name__ == "OpenAIHTTPException":
         return await _on_openai_http_error(_, exc)
+    if "EngineDeadError" in type(exc).__name__ or "EngineDeadError" in repr(exc)[:200]:
+        # The tier's engine died (Ray restarts the replica): a server-side outage, retryable.
+        log.error("event=engine_dead error=%r", repr(exc)[:300])
+        return error_response(503, "The model tier is restarting; retry shortly.", code="tier_unavailable",
+                              headers={"Retry-After": "5"})  # fmt: skip
     log.exception("event=unhandled_error error=%r", exc)
     return error_response(500, "Internal server error.", code="internal_error")
 

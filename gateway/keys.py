@@ -133,15 +133,34 @@ class Database(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[tuple[int, Any]] = []
+
+    @abstractmethod
+    def _connect(self) -> Any:
+        """A new DB-API connection."""
 
     @abstractmethod
     def transaction(self, *, write: bool = False) -> AbstractContextManager[Cursor]:
         """A transaction committed on normal exit and rolled back on an exception."""
 
+    def _connection(self) -> Any:
+        # A connection must not cross a fork or a thread: each (process, thread) opens its own.
+        if getattr(self._local, "pid", None) != os.getpid():
+            connection = self._connect()
+            self._local.connection = connection
+            self._local.pid = os.getpid()
+            with self._lock:
+                self._opened.append((os.getpid(), connection))
+        return self._local.connection
+
     def close(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None and getattr(self._local, "pid", None) == os.getpid():
-            connection.close()
+        """Close every connection this process opened (from any thread)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for pid, connection in opened:
+            if pid == os.getpid():
+                connection.close()
         self._local = threading.local()
 
 
@@ -160,17 +179,14 @@ class SQLiteDatabase(Database):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout_s = busy_timeout_s
 
-    def _connection(self) -> sqlite3.Connection:
-        # A connection must not cross a fork: every process (and thread) opens its own.
-        if getattr(self._local, "pid", None) != os.getpid():
-            connection = sqlite3.connect(
-                self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=True
-            )
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-            self._local.connection = connection
-            self._local.pid = os.getpid()
-        return self._local.connection  # type: ignore[no-any-return]
+    def _connect(self) -> sqlite3.Connection:
+        # check_same_thread=False: close() may run on another thread; use stays per thread.
+        connection = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+        return connection
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
@@ -207,15 +223,10 @@ class _PostgresCursor:
 class PostgresDatabase(Database):
     dialect = "postgresql"
 
-    def _connection(self) -> Any:
+    def _connect(self) -> Any:
         import psycopg
 
-        connection = getattr(self._local, "connection", None)
-        if connection is None or connection.closed or getattr(self._local, "pid", None) != os.getpid():
-            connection = psycopg.connect(self.url, autocommit=False)
-            self._local.connection = connection
-            self._local.pid = os.getpid()
-        return connection
+        return psycopg.connect(self.url, autocommit=False)
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
