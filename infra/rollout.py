@@ -1,0 +1,486 @@
+"""Rollout configuration (``infra/rollout.yaml``) and the sticky traffic split the ingress applies.
+
+A rollout moves traffic from the *stable* release to a *candidate* release in steps. Each step holds a
+traffic weight until its minimum duration and request count are met and the candidate's window metrics
+stay within the analysis thresholds, compared with the stable release over the same window. The eval
+gate report must say "pass" before the first step. The controller that executes this lives in
+``infra.rollout_controller``; this module only declares and validates what it executes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+
+from infra.config import load_model_file
+from infra.errors import RegistryError, TandemError
+from infra.registry import Registry, parse_ref
+
+ReleaseName = Literal["stable", "candidate"]
+RELEASES: tuple[ReleaseName, ReleaseName] = ("stable", "candidate")
+DEFAULT_ROLLOUT_PATH = Path(__file__).resolve().parent / "rollout.yaml"
+
+
+class RolloutError(TandemError):
+    """A rollout cannot start or continue (bad gate report, corrupt state, refused transition)."""
+
+
+class GateNotPassed(RolloutError):
+    """The eval gate report does not say "pass"; no traffic moves to the candidate."""
+
+    exit_code = 1
+
+
+# ---------------------------------------------------------------------------------------------- split
+def assign_release(sticky_key: str, candidate_weight: int, salt: str) -> ReleaseName:
+    """The release a request goes to: ``sha256(salt + key) mod 100 < candidate_weight`` -> candidate.
+
+    Sticky: the same API key or session id always lands in the same bucket for a given salt, so a client
+    sees one release throughout a step, and raising the weight only moves stable clients over (never
+    back). Weight 0 sends everything to stable, 100 everything to the candidate.
+    """
+    if not 0 <= candidate_weight <= 100:
+        raise ValueError(f"candidate_weight must be within 0..100, got {candidate_weight}")
+    digest = hashlib.sha256(f"{salt}\x00{sticky_key}".encode()).digest()
+    bucket = int.from_bytes(digest[:8], "big") % 100
+    return "candidate" if bucket < candidate_weight else "stable"
+
+
+# ---------------------------------------------------------------------------------------------- config
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_ref(ref: str) -> str:
+    try:
+        parse_ref(ref)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from exc
+    return ref
+
+
+class ReleaseSpec(_Strict):
+    """One release: the target model and, for the fast tier, its draft, both as registry refs."""
+
+    model: str = Field(description="Registry ref of the weights, 'name@version'.")
+    draft: str | None = Field(None, description="Registry ref of the fast tier's draft; none: n-gram/auto.")
+
+    @field_validator("model", "draft")
+    @classmethod
+    def _valid_ref(cls, value: str | None) -> str | None:
+        return None if value is None else _check_ref(value)
+
+
+class UpperLimit(_Strict):
+    """Limits on a metric where higher is worse (error rate, latency). Unset limits are not checked."""
+
+    max: float | None = Field(None, ge=0, description="Absolute ceiling for the candidate's value.")
+    max_increase: float | None = Field(None, ge=0, description="Candidate minus stable may not exceed this.")
+    max_ratio: float | None = Field(None, gt=0, description="Candidate / stable may not exceed this.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> UpperLimit:
+        if self.max is None and self.max_increase is None and self.max_ratio is None:
+            raise ValueError("set at least one of max, max_increase, max_ratio")
+        return self
+
+
+class LowerLimit(_Strict):
+    """Limits on a metric where lower is worse (the fast tier's draft acceptance rate)."""
+
+    min: float | None = Field(None, ge=0, description="Absolute floor for the candidate's value.")
+    max_drop: float | None = Field(None, ge=0, description="Stable minus candidate may not exceed this.")
+    min_ratio: float | None = Field(None, gt=0, description="Candidate / stable must be at least this.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> LowerLimit:
+        if self.min is None and self.max_drop is None and self.min_ratio is None:
+            raise ValueError("set at least one of min, max_drop, min_ratio")
+        return self
+
+
+class AnalysisThresholds(_Strict):
+    """What the candidate's window metrics must satisfy; unset metrics are not analysed."""
+
+    error_rate: UpperLimit | None = Field(None, description="Errors / requests in the window.")
+    p99_ttft_seconds: UpperLimit | None = Field(None, description="99th percentile time to first token.")
+    time_per_output_token_seconds: UpperLimit | None = Field(
+        None, description="Mean time per output token after the first (decode speed)."
+    )
+    acceptance_rate: LowerLimit | None = Field(
+        None, description="Fast tier: accepted / drafted speculative tokens."
+    )
+
+    def merged(self, override: AnalysisThresholds | None) -> AnalysisThresholds:
+        """These thresholds with every metric the override sets replaced by the override's."""
+        if override is None:
+            return self
+        return self.model_copy(update={name: getattr(override, name) for name in override.model_fields_set})
+
+
+class RolloutStep(_Strict):
+    weight: int = Field(ge=1, le=100, description="Percent of sticky keys sent to the candidate.")
+    min_duration_seconds: float = Field(0, ge=0, description="Least time the step holds before advancing.")
+    min_requests: int = Field(0, ge=0, description="Least candidate requests in the step's window.")
+    analysis: AnalysisThresholds | None = Field(
+        None, description="Per-metric overrides of the rollout's default analysis for this step."
+    )
+
+
+class GateRequirement(_Strict):
+    """The eval gate report that must pass before step 1: a local file or a file inside a registry artifact.
+
+    JSON reports are read at ``verdict_field`` (a dotted path; ``true`` or ``"pass"`` pass). Markdown
+    reports (``tandem gate`` writes ``gate-report.md``) pass on a ``# Release gate: PASS`` heading.
+    """
+
+    path: Path | None = Field(None, description="Local gate report (.json or .md).")
+    ref: str | None = Field(None, description="Registry ref of a report artifact holding the gate report.")
+    file: str = Field("gate-report.md", description="With `ref`: the report's path inside the artifact.")
+    verdict_field: str = Field("passed", description="JSON reports: dotted path of the verdict.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GateRequirement:
+        if (self.path is None) == (self.ref is None):
+            raise ValueError("set exactly one of `path` (a local report) or `ref` (a registry artifact)")
+        if self.ref is not None:
+            _check_ref(self.ref)
+        return self
+
+
+class RollbackPolicy(_Strict):
+    automatic: bool = Field(
+        True, description="Roll back as soon as a threshold fails; false: hold and wait for an operator."
+    )
+    min_requests: int = Field(
+        20, ge=1, description="Candidate requests a window needs before a failing threshold is trusted."
+    )
+    drain_seconds: float = Field(
+        30, ge=0, description="Wait after moving a release's weight to 0 before removing it (in-flight work)."
+    )
+    max_metric_failures: int = Field(
+        3, ge=1, description="Consecutive failed metric reads after which the rollout rolls back."
+    )
+
+
+class TrafficConfig(_Strict):
+    salt: str = Field("tandem", description="Salt of the sticky hash; change it to reshuffle clients.")
+    weights_file: Path = Field(
+        Path("rollout-state/weights.json"),
+        description="Where the controller publishes weights for the ingress.",
+    )
+
+
+def _by_release_label() -> dict[ReleaseName, dict[str, str]]:
+    return {"stable": {"release": "stable"}, "candidate": {"release": "candidate"}}
+
+
+class MetricsConfig(_Strict):
+    """Where and what the controller reads from the gateway's Prometheus ``/metrics``."""
+
+    url: str = Field("http://127.0.0.1:8000/metrics", description="Prometheus text endpoint to scrape.")
+    timeout_seconds: float = Field(5.0, gt=0)
+    requests: str = Field("tandem_requests_total", description="Counter of finished requests.")
+    errors: str = Field("tandem_request_errors_total", description="Counter of failed requests (5xx).")
+    ttft: str = Field("tandem_time_to_first_token_seconds", description="Histogram (base name).")
+    tpot: str = Field("tandem_time_per_output_token_seconds", description="Histogram (base name).")
+    drafted_tokens: str = Field("ray_vllm_spec_decode_num_draft_tokens_total", description="Counter.")
+    accepted_tokens: str = Field("ray_vllm_spec_decode_num_accepted_tokens_total", description="Counter.")
+    release_selectors: dict[ReleaseName, dict[str, str]] = Field(
+        default_factory=_by_release_label,
+        description="Labels that pick each release's request/latency samples (summed over the rest).",
+    )
+    acceptance_selectors: dict[ReleaseName, dict[str, str]] | None = Field(
+        None,
+        description="Labels that pick each release's fast-tier engine samples; default: release_selectors.",
+    )
+
+    @model_validator(mode="after")
+    def _both_releases(self) -> MetricsConfig:
+        for field in ("release_selectors", "acceptance_selectors"):
+            selectors = getattr(self, field)
+            if selectors is not None and set(selectors) != set(RELEASES):
+                raise ValueError(f"{field} needs exactly the keys 'stable' and 'candidate'")
+        return self
+
+
+class DeploymentCommands(_Strict):
+    """Commands that deploy / remove a release's tiers (``kubectl apply``, ``serve deploy``...).
+
+    Each is an argv list; ``{release}``, ``{model}`` and ``{draft}`` are substituted. Unset: the
+    release's tiers are managed outside the controller, which then only moves traffic.
+    """
+
+    deploy: list[str] | None = None
+    remove: list[str] | None = None
+    timeout_seconds: float = Field(600, gt=0)
+
+
+class RolloutConfig(_Strict):
+    """Everything ``tandem rollout`` executes, parsed from ``infra/rollout.yaml``."""
+
+    name: str = Field(
+        description="Rollout name: the registry artifact of its audit report is 'rollout-<name>'."
+    )
+    stable: ReleaseSpec
+    candidate: ReleaseSpec
+    steps: list[RolloutStep] = Field(min_length=1, description="Increasing weights ending at 100.")
+    analysis: AnalysisThresholds = Field(default_factory=AnalysisThresholds)
+    gate: GateRequirement
+    rollback: RollbackPolicy = Field(default_factory=RollbackPolicy)
+    traffic: TrafficConfig = Field(default_factory=TrafficConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    deployment: DeploymentCommands = Field(default_factory=DeploymentCommands)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,119}", value):
+            raise ValueError("use lowercase letters, digits, '.', '_' or '-' (at most 120 characters)")
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing_to_100(cls, steps: list[RolloutStep]) -> list[RolloutStep]:
+        weights = [step.weight for step in steps]
+        for before, after in itertools.pairwise(weights):
+            if after <= before:
+                raise ValueError(f"weights must be strictly increasing, got {weights}")
+        if weights[-1] != 100:
+            raise ValueError(f"the last step's weight must be 100, got {weights}")
+        return steps
+
+    @model_validator(mode="after")
+    def _distinct_releases(self) -> RolloutConfig:
+        if self.stable == self.candidate:
+            raise ValueError("candidate: is identical to stable; nothing to roll out")
+        return self
+
+    def thresholds(self, step_index: int) -> AnalysisThresholds:
+        """The effective analysis of one step: the defaults with the step's overrides applied."""
+        return self.analysis.merged(self.steps[step_index].analysis)
+
+
+def load_rollout_config(path: Path | None = None) -> RolloutConfig:
+    """Parse ``path`` (default ``infra/rollout.yaml``); a ConfigError names the file and field."""
+    return load_model_file(Path(path or DEFAULT_ROLLOUT_PATH), RolloutConfig)
+
+
+# ---------------------------------------------------------------------------------------------- gate
+_MARKDOWN_VERDICT = re.compile(r"^#\s*Release gate:\s*(PASS|FAIL)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _verdict_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "pass" if value else "fail"
+    if isinstance(value, str):
+        return value.strip().lower()
+    raise RolloutError(f"gate verdict must be a boolean or a string, got {value!r}")
+
+
+def parse_gate_report(text: str, source: str, verdict_field: str) -> str:
+    """The verdict ("pass", "fail", ...) of a gate report's text: JSON at ``verdict_field``, or Markdown."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            node: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RolloutError(f"{source}: gate report is not valid JSON: {exc}") from exc
+        for part in verdict_field.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise RolloutError(f"{source}: gate report has no field {verdict_field!r}")
+            node = node[part]
+        return _verdict_text(node)
+    match = _MARKDOWN_VERDICT.search(text)
+    if match is None:
+        raise RolloutError(f"{source}: no '# Release gate: PASS|FAIL' heading and not a JSON report")
+    return match.group(1).lower()
+
+
+def read_gate_verdict(gate: GateRequirement, registry: Registry | None) -> tuple[str, str]:
+    """``(verdict, source)`` of the configured gate report, fetched and verified from the registry if a ref."""
+    if gate.path is not None:
+        try:
+            text = gate.path.read_text()
+        except OSError as exc:
+            raise RolloutError(f"gate report {gate.path}: cannot read: {exc.strerror}") from exc
+        return parse_gate_report(text, str(gate.path), gate.verdict_field), str(gate.path)
+    assert gate.ref is not None
+    if registry is None:
+        raise RolloutError(f"gate report {gate.ref} is a registry ref but no registry was given")
+    root = registry.fetch(gate.ref)
+    source = f"{gate.ref}:{gate.file}"
+    report = root / gate.file
+    if not report.is_file():
+        raise RolloutError(f"gate report {source}: the artifact has no file {gate.file!r}")
+    return parse_gate_report(report.read_text(), source, gate.verdict_field), source
+
+
+# ---------------------------------------------------------------------------------------------- analysis
+class WindowMetrics(BaseModel):
+    """One release's traffic over an analysis window (deltas of the gateway's counters and histograms)."""
+
+    requests: float = 0
+    errors: float = 0
+    p99_ttft_seconds: float | None = None
+    time_per_output_token_seconds: float | None = Field(None, description="Mean over the window.")
+    drafted_tokens: float = 0
+    accepted_tokens: float = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests > 0 else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens > 0 else None
+
+
+CheckStatus = Literal["pass", "fail", "no_data"]
+
+
+class ThresholdCheck(BaseModel):
+    """One limit applied to one metric: the evidence behind an advance or a rollback."""
+
+    metric: str
+    limit: str
+    threshold: float
+    candidate: float | None
+    stable: float | None
+    status: CheckStatus
+    detail: str
+
+
+# limit name -> (is relative to stable, passes(candidate, stable, threshold), how it reads)
+_LIMITS: dict[str, tuple[bool, Any, str]] = {
+    "max": (False, lambda c, s, t: c <= t, "{c:.6g} <= {t:g}"),
+    "max_increase": (True, lambda c, s, t: c - s <= t, "{c:.6g} - {s:.6g} <= {t:g}"),
+    "max_ratio": (True, lambda c, s, t: c <= s * t, "{c:.6g} <= {s:.6g} x {t:g}"),
+    "min": (False, lambda c, s, t: c >= t, "{c:.6g} >= {t:g}"),
+    "max_drop": (True, lambda c, s, t: s - c <= t, "{s:.6g} - {c:.6g} <= {t:g}"),
+    "min_ratio": (True, lambda c, s, t: c >= s * t, "{c:.6g} >= {s:.6g} x {t:g}"),
+}
+
+
+def _apply(metric: str, limits: BaseModel, cand: float | None, stable: float | None) -> list[ThresholdCheck]:
+    checks = []
+    for name, threshold in limits.model_dump(exclude_none=True).items():
+        relative, passes, reads = _LIMITS[name]
+        status: CheckStatus
+        if cand is None:
+            status, detail = "no_data", "no candidate data in the window"
+        elif relative and stable is None:
+            status, detail = "no_data", "no stable data in the window to compare with"
+        else:
+            status = "pass" if passes(cand, stable, threshold) else "fail"
+            detail = reads.format(c=cand, s=stable, t=threshold)
+        checks.append(
+            ThresholdCheck(
+                metric=metric,
+                limit=name,
+                threshold=threshold,
+                candidate=cand,
+                stable=stable,
+                status=status,
+                detail=detail,
+            )
+        )
+    return checks
+
+
+def evaluate_analysis(
+    thresholds: AnalysisThresholds, candidate: WindowMetrics, stable: WindowMetrics
+) -> list[ThresholdCheck]:
+    """Every configured limit applied to the candidate's window, relative ones against stable's same window.
+
+    A metric without data in the window (no requests, no drafted tokens) is ``no_data``: it neither fails
+    nor passes, and relative limits are ``no_data`` while stable served nothing (weight 100).
+    """
+    checks: list[ThresholdCheck] = []
+    for metric in AnalysisThresholds.model_fields:
+        limits = getattr(thresholds, metric)
+        if limits is not None:
+            checks += _apply(metric, limits, getattr(candidate, metric), getattr(stable, metric))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------- windows
+class Histogram(BaseModel):
+    """A cumulative Prometheus histogram: bucket upper bound (``le``, as text) -> cumulative count."""
+
+    buckets: dict[str, float] = Field(default_factory=dict)
+    sum: float = 0
+    count: float = 0
+
+
+class ReleaseCounters(BaseModel):
+    """Cumulative counters of one release at one instant; windows are differences of two of these."""
+
+    requests: float = 0
+    errors: float = 0
+    ttft: Histogram = Field(default_factory=Histogram)
+    tpot: Histogram = Field(default_factory=Histogram)
+    drafted_tokens: float = 0
+    accepted_tokens: float = 0
+
+
+class MetricsSnapshot(BaseModel):
+    taken_at: float
+    releases: dict[ReleaseName, ReleaseCounters]
+
+
+def _delta(start: float, end: float) -> float:
+    # A counter that went down was reset (the gateway restarted): everything since counts, as in PromQL.
+    return end - start if end >= start else end
+
+
+def _histogram_delta(start: Histogram, end: Histogram) -> Histogram:
+    if end.count < start.count:
+        return end
+    return Histogram(
+        buckets={le: _delta(start.buckets.get(le, 0.0), value) for le, value in end.buckets.items()},
+        sum=end.sum - start.sum,
+        count=end.count - start.count,
+    )
+
+
+def histogram_quantile(quantile: float, histogram: Histogram) -> float | None:
+    """Prometheus ``histogram_quantile``: linear interpolation inside the bucket holding the rank."""
+    if histogram.count <= 0 or not histogram.buckets:
+        return None
+    bounds = sorted((float(le), count) for le, count in histogram.buckets.items())
+    total = bounds[-1][1]
+    if total <= 0:
+        return None
+    rank = quantile * total
+    lower_bound, lower_count = 0.0, 0.0
+    for upper_bound, count in bounds:
+        if count >= rank:
+            if upper_bound == float("inf"):
+                return lower_bound  # the rank is past the last finite bucket: report its bound
+            if count == lower_count:
+                return upper_bound
+            return lower_bound + (upper_bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = upper_bound, count
+    return lower_bound
+
+
+def window_metrics(start: ReleaseCounters, end: ReleaseCounters) -> WindowMetrics:
+    """One release's window: request/error deltas, p99 TTFT and mean TPOT of the histogram deltas."""
+    tpot = _histogram_delta(start.tpot, end.tpot)
+    return WindowMetrics(
+        requests=_delta(start.requests, end.requests),
+        errors=_delta(start.errors, end.errors),
+        p99_ttft_seconds=histogram_quantile(0.99, _histogram_delta(start.ttft, end.ttft)),
+        time_per_output_token_seconds=tpot.sum / tpot.count if tpot.count > 0 else None,
+        drafted_tokens=_delta(start.drafted_tokens, end.drafted_tokens),
+        accepted_tokens=_delta(start.accepted_tokens, end.accepted_tokens),
+    )

@@ -1,0 +1,592 @@
+"""The rollout controller: a persisted state machine that moves traffic to a candidate release step by step.
+
+It talks to the world only through three protocols, so it runs the same against a live gateway and in
+tests: a :class:`TrafficSplitter` (publishes weights to the ingress), a :class:`MetricsSource` (cumulative
+per-release counters, e.g. scraped from the gateway's Prometheus ``/metrics``) and a :class:`Deployer`
+(deploys or removes a release's tiers). Every decision goes to a JSONL audit log with its evidence; the
+state is written atomically after every tick, so a restarted controller resumes where it stopped. Traffic
+never stays on a removed release: weight goes to 0 first, the release is removed after a drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from pydantic import BaseModel, Field, ValidationError
+
+from infra.errors import ArtifactExists
+from infra.manifest import Lineage
+from infra.registry import Registry
+from infra.rollout import (
+    RELEASES,
+    Histogram,
+    MetricsConfig,
+    MetricsSnapshot,
+    ReleaseCounters,
+    ReleaseName,
+    ReleaseSpec,
+    RolloutConfig,
+    RolloutError,
+    evaluate_analysis,
+    read_gate_verdict,
+    window_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+AUDIT_FILE = "audit.jsonl"
+COMMAND_FILE = "command.json"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` so readers see the old or the new content, never a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+class MetricsSource(Protocol):
+    def snapshot(self) -> MetricsSnapshot:
+        """Cumulative counters of both releases now; raises on an unreachable or unreadable source."""
+        ...
+
+
+class PrometheusMetricsSource:
+    """Scrapes a Prometheus text endpoint (the gateway's ``/metrics``) into per-release counters.
+
+    Samples are summed over every label the release's selector does not fix (tiers, replicas, codes).
+    """
+
+    def __init__(self, config: MetricsConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+
+    def snapshot(self) -> MetricsSnapshot:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            response = httpx.get(self.config.url, timeout=self.config.timeout_seconds)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"cannot scrape {self.config.url}: {exc}") from exc
+        try:
+            samples = [s for family in text_string_to_metric_families(response.text) for s in family.samples]
+        except ValueError as exc:
+            raise RolloutError(f"{self.config.url}: not Prometheus text: {exc}") from exc
+        releases = {release: self._counters(samples, release) for release in RELEASES}
+        return MetricsSnapshot(taken_at=self.clock(), releases=releases)
+
+    def _counters(self, samples: list[Any], release: ReleaseName) -> ReleaseCounters:
+        config = self.config
+        selector = config.release_selectors[release]
+        engine_selector = (config.acceptance_selectors or config.release_selectors)[release]
+
+        def total(name: str, labels: dict[str, str]) -> float:
+            return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
+
+        def histogram(base: str) -> Histogram:
+            buckets: dict[str, float] = {}
+            for sample in samples:
+                if sample.name == f"{base}_bucket" and selector.items() <= sample.labels.items():
+                    le = sample.labels.get("le", "+Inf")
+                    buckets[le] = buckets.get(le, 0.0) + sample.value
+            return Histogram(
+                buckets=buckets, sum=total(f"{base}_sum", selector), count=total(f"{base}_count", selector)
+            )
+
+        return ReleaseCounters(
+            requests=total(config.requests, selector),
+            errors=total(config.errors, selector),
+            ttft=histogram(config.ttft),
+            tpot=histogram(config.tpot),
+            drafted_tokens=total(config.drafted_tokens, engine_selector),
+            accepted_tokens=total(config.accepted_tokens, engine_selector),
+        )
+
+
+# ---------------------------------------------------------------------------------------------- traffic + deploy
+class TrafficSplitter(Protocol):
+    def set_weights(self, weights: dict[ReleaseName, int]) -> None:
+        """Route ``weights[release]`` percent of sticky keys to each release (the two sum to 100)."""
+        ...
+
+
+class FileTrafficSplitter:
+    """Publishes the weights as JSON for the ingress: ``{"stable", "candidate", "salt", "releases", ...}``.
+
+    The ingress re-reads the file when its mtime changes and routes with
+    ``assign_release(key, weights["candidate"], weights["salt"])``. Written atomically.
+    """
+
+    def __init__(self, path: Path, salt: str, releases: dict[ReleaseName, ReleaseSpec]) -> None:
+        self.path = Path(path)
+        self.salt = salt
+        self.releases = releases
+
+    def set_weights(self, weights: dict[ReleaseName, int]) -> None:
+        document: dict[str, Any] = {
+            "stable": weights["stable"],
+            "candidate": weights["candidate"],
+            "salt": self.salt,
+            "releases": {name: spec.model_dump() for name, spec in self.releases.items()},
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+        atomic_write_text(self.path, json.dumps(document, indent=2) + "\n")
+
+    def read(self) -> dict[str, Any]:
+        return dict(json.loads(self.path.read_text()))
+
+
+class Deployer(Protocol):
+    def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        """Start the release's tiers and return once they serve (idempotent)."""
+        ...
+
+    def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        """Remove the release's tiers; the controller calls this only after its weight is 0."""
+        ...
+
+
+class CommandDeployer:
+    """Runs the configured argv lists (``kubectl``, ``serve deploy``...) with the release substituted."""
+
+    def __init__(
+        self, deploy: list[str] | None, remove: list[str] | None, timeout_seconds: float = 600
+    ) -> None:
+        self.commands = {"deploy": deploy, "remove": remove}
+        self.timeout_seconds = timeout_seconds
+
+    def _run(self, action: str, release: ReleaseName, spec: ReleaseSpec) -> None:
+        template = self.commands[action]
+        if not template:
+            log.info("rollout.deploy action=%s release=%s managed=externally", action, release)
+            return
+        argv = [part.format(release=release, model=spec.model, draft=spec.draft or "") for part in template]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_seconds)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RolloutError(f"{action} {release}: {argv[0]} failed: {exc}") from exc
+        if done.returncode != 0:
+            raise RolloutError(f"{action} {release}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+        log.info("rollout.deploy action=%s release=%s argv=%s", action, release, argv)
+
+    def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        self._run("deploy", release, spec)
+
+    def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        self._run("remove", release, spec)
+
+
+# ---------------------------------------------------------------------------------------------- state
+class RolloutPhase(StrEnum):
+    PENDING = "pending"  # waiting for the gate; nothing deployed
+    RUNNING = "running"  # at steps[step_index]
+    ROLLING_BACK = "rolling_back"  # candidate at weight 0, draining before removal
+    PROMOTING = "promoting"  # candidate at weight 100, stable draining before removal
+    ROLLED_BACK = "rolled_back"
+    PROMOTED = "promoted"
+    GATE_FAILED = "gate_failed"
+    ABORTED = "aborted"  # aborted before anything was deployed
+
+
+TERMINAL_PHASES = {
+    RolloutPhase.ROLLED_BACK,
+    RolloutPhase.PROMOTED,
+    RolloutPhase.GATE_FAILED,
+    RolloutPhase.ABORTED,
+}
+
+
+def _all_stable() -> dict[ReleaseName, int]:
+    return {"stable": 100, "candidate": 0}
+
+
+class RolloutState(BaseModel):
+    """Everything a restarted controller needs to continue; written after every tick."""
+
+    rollout_id: str
+    name: str
+    phase: RolloutPhase = RolloutPhase.PENDING
+    step_index: int = -1
+    weights: dict[ReleaseName, int] = Field(default_factory=_all_stable)
+    step_started_at: float | None = None
+    window_start: MetricsSnapshot | None = None
+    draining_since: float | None = None
+    metric_failures: int = 0
+    reason: str = ""
+    report_ref: str | None = None
+    updated_at: float = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+def load_state(state_dir: Path) -> RolloutState | None:
+    """The persisted state in ``state_dir``, or None when no rollout was started there."""
+    path = Path(state_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RolloutState.model_validate_json(path.read_text())
+    except (ValidationError, ValueError) as exc:
+        raise RolloutError(f"{path}: unreadable rollout state: {exc}") from exc
+
+
+def request_command(state_dir: Path, action: str, reason: str) -> None:
+    """Ask the controller (running or next started) to ``promote`` or ``abort`` at its next tick."""
+    if action not in ("promote", "abort"):
+        raise RolloutError(f"unknown rollout command {action!r}: use promote or abort")
+    atomic_write_text(Path(state_dir) / COMMAND_FILE, json.dumps({"action": action, "reason": reason}))
+
+
+# ---------------------------------------------------------------------------------------------- controller
+class RolloutController:
+    """Drives one rollout: gate, then each step (hold / advance / roll back), then promotion.
+
+    ``tick()`` makes one decision and persists it; ``run()`` ticks until an end state. Constructed over a
+    ``state_dir`` that already holds a state, it resumes that rollout (re-publishing its current weights).
+    """
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        *,
+        splitter: TrafficSplitter,
+        metrics: MetricsSource,
+        deployer: Deployer,
+        state_dir: Path,
+        registry: Registry | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config, self.splitter, self.metrics, self.deployer = config, splitter, metrics, deployer
+        self.registry, self.clock, self.sleep = registry, clock, sleep
+        self.state_dir = Path(state_dir)
+        self.releases: dict[ReleaseName, ReleaseSpec] = {
+            "stable": config.stable,
+            "candidate": config.candidate,
+        }
+        existing = load_state(self.state_dir)
+        if existing is not None and existing.name != config.name:
+            raise RolloutError(
+                f"{self.state_dir}: holds rollout {existing.name!r}, not {config.name!r}; use another state dir"
+            )
+        self._resumed = existing is not None and not existing.terminal
+        stamp = datetime.fromtimestamp(clock(), UTC).strftime("%Y%m%d-%H%M%S")
+        self.state = existing or RolloutState(rollout_id=f"{stamp}-{secrets.token_hex(2)}", name=config.name)
+        if existing is None:
+            self._save()
+
+    # -- persistence and audit ----------------------------------------------------------------------
+    @property
+    def audit_path(self) -> Path:
+        return self.state_dir / AUDIT_FILE
+
+    def _save(self) -> None:
+        self.state.updated_at = self.clock()
+        atomic_write_text(self.state_dir / STATE_FILE, self.state.model_dump_json(indent=2))
+
+    def _audit(self, decision: str, reason: str, **evidence: Any) -> None:
+        record = {
+            "time": datetime.fromtimestamp(self.clock(), UTC).isoformat(),
+            "rollout_id": self.state.rollout_id,
+            "decision": decision,
+            "reason": reason,
+            "phase": self.state.phase.value,
+            "step": self.state.step_index,
+            "weights": dict(self.state.weights),
+            **evidence,
+        }
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self.audit_path.open("a") as stream:
+            stream.write(json.dumps(record, default=str) + "\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        log.info(
+            "rollout.decision id=%s decision=%s phase=%s step=%d reason=%s",
+            self.state.rollout_id,
+            decision,
+            self.state.phase.value,
+            self.state.step_index,
+            reason,
+        )
+
+    def audit_records(self) -> Iterator[dict[str, Any]]:
+        if self.audit_path.is_file():
+            for line in self.audit_path.read_text().splitlines():
+                if line.strip():
+                    yield json.loads(line)
+
+    # -- transitions --------------------------------------------------------------------------------
+    def _set_weights(self, candidate: int) -> None:
+        self.state.weights = {"stable": 100 - candidate, "candidate": candidate}
+        self.splitter.set_weights(dict(self.state.weights))
+
+    def _enter_step(self, index: int) -> None:
+        self.state.phase, self.state.step_index = RolloutPhase.RUNNING, index
+        self._set_weights(self.config.steps[index].weight)
+        self.state.step_started_at, self.state.window_start = self.clock(), self._try_snapshot()
+        self.state.metric_failures = 0
+
+    def _begin_exit(self, phase: RolloutPhase, reason: str) -> None:
+        """Move all traffic off the release about to be removed; removal waits for the drain."""
+        self.state.phase, self.state.reason = phase, reason
+        self._set_weights(100 if phase is RolloutPhase.PROMOTING else 0)
+        self.state.draining_since = self.clock()
+
+    def _try_snapshot(self) -> MetricsSnapshot | None:
+        try:
+            return self.metrics.snapshot()
+        except Exception as exc:  # any source failure counts against max_metric_failures
+            self.state.metric_failures += 1
+            self._audit(
+                "metrics_unavailable", f"{type(exc).__name__}: {exc}", failures=self.state.metric_failures
+            )
+            return None
+
+    # -- operator commands --------------------------------------------------------------------------
+    def promote(self, reason: str = "operator promote") -> RolloutState:
+        """Force promotion: all traffic to the candidate now, stable removed after the drain."""
+        if self.state.phase not in (RolloutPhase.RUNNING, RolloutPhase.PROMOTING):
+            raise RolloutError(f"cannot promote a rollout that is {self.state.phase.value}")
+        if self.state.phase is RolloutPhase.RUNNING:
+            self._begin_exit(RolloutPhase.PROMOTING, reason)
+            self._audit("promote", reason, forced=True)
+        self._save()
+        return self.state
+
+    def abort(self, reason: str = "operator abort") -> RolloutState:
+        """Force a rollback: candidate to weight 0 now, removed after the drain (nothing to do if pending)."""
+        if self.state.terminal:
+            raise RolloutError(f"cannot abort a rollout that is {self.state.phase.value}")
+        if self.state.phase is RolloutPhase.PENDING:
+            self.state.phase, self.state.reason = RolloutPhase.ABORTED, reason
+            self._audit("abort", reason, forced=True)
+            self._finish()
+        elif self.state.phase is not RolloutPhase.ROLLING_BACK:
+            self._begin_exit(RolloutPhase.ROLLING_BACK, reason)
+            self._audit("rollback", reason, forced=True)
+        self._save()
+        return self.state
+
+    def _apply_command(self) -> None:
+        path = self.state_dir / COMMAND_FILE
+        if not path.is_file():
+            return
+        command = json.loads(path.read_text())
+        path.unlink()
+        reason = str(command.get("reason") or f"operator {command.get('action')}")
+        try:
+            (self.promote if command.get("action") == "promote" else self.abort)(reason)
+        except RolloutError as exc:
+            self._audit("command_refused", str(exc), command=command)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def tick(self) -> RolloutState:
+        """Make one decision from the current phase and metrics, persist it, and return the state."""
+        if self._resumed:
+            self._resumed = False
+            if self.state.phase is not RolloutPhase.PENDING:
+                self.splitter.set_weights(dict(self.state.weights))
+            self._audit("resume", "controller restarted; current weights re-published")
+        self._apply_command()
+        phase = self.state.phase
+        if phase is RolloutPhase.PENDING:
+            self._check_gate()
+        elif phase is RolloutPhase.RUNNING:
+            self._analyse()
+        elif phase in (RolloutPhase.ROLLING_BACK, RolloutPhase.PROMOTING):
+            self._finish_exit()
+        if self.state.terminal and self.state.report_ref is None:
+            self._finish()
+        self._save()
+        return self.state
+
+    def run(self, poll_interval: float, max_ticks: int | None = None) -> RolloutState:
+        """Tick every ``poll_interval`` seconds until an end state (or ``max_ticks``)."""
+        ticks = 0
+        while not self.tick().terminal:
+            ticks += 1
+            if max_ticks is not None and ticks >= max_ticks:
+                break
+            self.sleep(poll_interval)
+        return self.state
+
+    def _check_gate(self) -> None:
+        try:
+            verdict, source = read_gate_verdict(self.config.gate, self.registry)
+        except RolloutError as exc:
+            self._audit("gate_error", str(exc))
+            raise
+        evidence = {"gate": {"source": source, "verdict": verdict}}
+        if verdict != "pass":
+            self.state.phase, self.state.reason = RolloutPhase.GATE_FAILED, f"gate verdict is {verdict!r}"
+            self._audit("gate_failed", self.state.reason, **evidence)
+            return
+        self._audit("gate_passed", f"gate verdict is 'pass' ({source})", **evidence)
+        self.deployer.deploy("candidate", self.config.candidate)
+        self._enter_step(0)
+        self._audit("start_step", f"candidate deployed; weight {self.config.steps[0].weight}")
+
+    def _analyse(self) -> None:
+        state, rollback = self.state, self.config.rollback
+        snapshot = self._try_snapshot()
+        if snapshot is None:
+            if state.metric_failures >= rollback.max_metric_failures:
+                self._begin_exit(
+                    RolloutPhase.ROLLING_BACK, f"{state.metric_failures} consecutive metric failures"
+                )
+                self._audit("rollback", state.reason)
+            return
+        state.metric_failures = 0
+        if state.window_start is None:  # the step began while metrics were unreadable: the window starts now
+            state.window_start, state.step_started_at = snapshot, snapshot.taken_at
+            return
+        assert state.step_started_at is not None
+        step = self.config.steps[state.step_index]
+        window = {
+            release: window_metrics(state.window_start.releases[release], snapshot.releases[release])
+            for release in RELEASES
+        }
+        checks = evaluate_analysis(
+            self.config.thresholds(state.step_index), window["candidate"], window["stable"]
+        )
+        elapsed = self.clock() - state.step_started_at
+        evidence = {
+            "window": {"start": state.window_start.taken_at, "end": snapshot.taken_at, "seconds": elapsed},
+            "metrics": {release: metrics.model_dump() for release, metrics in window.items()},
+            "checks": [check.model_dump() for check in checks],
+            "requirements": {
+                "min_duration_seconds": step.min_duration_seconds,
+                "min_requests": step.min_requests,
+                "candidate_requests": window["candidate"].requests,
+            },
+        }
+        failed = [f"{c.metric} {c.limit}: {c.detail}" for c in checks if c.status == "fail"]
+        trusted = window["candidate"].requests >= rollback.min_requests
+        if failed and trusted and rollback.automatic:
+            self._begin_exit(RolloutPhase.ROLLING_BACK, "threshold failed: " + "; ".join(failed))
+            self._audit("rollback", state.reason, **evidence)
+        elif failed:
+            why = (
+                "automatic rollback is off; waiting for an operator"
+                if trusted
+                else (f"fewer than {rollback.min_requests} candidate requests to trust it")
+            )
+            self._audit("hold", f"threshold failing ({'; '.join(failed)}); {why}", **evidence)
+        elif elapsed < step.min_duration_seconds or window["candidate"].requests < step.min_requests:
+            self._audit("hold", f"step {state.step_index} needs more time or candidate requests", **evidence)
+        elif state.step_index + 1 < len(self.config.steps):
+            self._audit("advance", f"step {state.step_index} passed", **evidence)
+            self._enter_step(state.step_index + 1)
+            self._audit("start_step", f"weight {self.config.steps[state.step_index].weight}")
+        else:
+            self._begin_exit(RolloutPhase.PROMOTING, f"all {len(self.config.steps)} steps passed")
+            self._audit("promote", state.reason, **evidence)
+
+    def _finish_exit(self) -> None:
+        state = self.state
+        assert state.draining_since is not None
+        # Re-publish before removing: after a restart the splitter may not hold the exit weights yet.
+        self.splitter.set_weights(dict(state.weights))
+        if self.clock() - state.draining_since < self.config.rollback.drain_seconds:
+            return
+        removed: ReleaseName = "stable" if state.phase is RolloutPhase.PROMOTING else "candidate"
+        self.deployer.remove(removed, self.releases[removed])
+        state.phase = RolloutPhase.PROMOTED if removed == "stable" else RolloutPhase.ROLLED_BACK
+        self._audit("removed", f"{removed} removed after {self.config.rollback.drain_seconds:g}s at weight 0")
+
+    def _finish(self) -> None:
+        """Publish the audit log and final state to the registry as a ``report`` artifact (once)."""
+        self._audit("finished", f"rollout ended {self.state.phase.value}: {self.state.reason}")
+        self._save()
+        if self.registry is None:
+            log.warning("rollout.report id=%s published=false reason=no-registry", self.state.rollout_id)
+            return
+        name, version = f"rollout-{self.config.name}", self.state.rollout_id
+        parents = [ref for spec in self.releases.values() for ref in (spec.model, spec.draft) if ref]
+        with tempfile.TemporaryDirectory() as staging:
+            shutil.copy2(self.audit_path, Path(staging) / AUDIT_FILE)
+            shutil.copy2(self.state_dir / STATE_FILE, Path(staging) / STATE_FILE)
+            try:
+                self.registry.publish(
+                    Path(staging),
+                    name,
+                    version,
+                    kind="report",
+                    lineage=Lineage(
+                        parents=parents,
+                        produced_by="tandem rollout",
+                        config=self.config.model_dump(mode="json"),
+                    ),
+                    metadata={"phase": self.state.phase.value, "reason": self.state.reason},
+                )
+            except ArtifactExists:
+                pass  # published before a restart: the version is immutable and already complete
+        self.state.report_ref = f"{name}@{version}"
+
+
+@contextlib.contextmanager
+def controller_lock(state_dir: Path, *, wait: bool = False) -> Iterator[bool]:
+    """Hold the state dir's lock (one controller per rollout); yields False if another process holds it."""
+    import fcntl
+
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    with (Path(state_dir) / "lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def open_controller(
+    config: RolloutConfig,
+    state_dir: Path,
+    *,
+    registry: Registry | None = None,
+    metrics_url: str | None = None,
+) -> RolloutController:
+    """A controller wired to the real world: weights file for the ingress, /metrics, configured commands."""
+    metrics_config = config.metrics.model_copy(update={"url": metrics_url}) if metrics_url else config.metrics
+    releases: dict[ReleaseName, ReleaseSpec] = {"stable": config.stable, "candidate": config.candidate}
+    return RolloutController(
+        config,
+        splitter=FileTrafficSplitter(config.traffic.weights_file, config.traffic.salt, releases),
+        metrics=PrometheusMetricsSource(metrics_config),
+        deployer=CommandDeployer(
+            config.deployment.deploy, config.deployment.remove, config.deployment.timeout_seconds
+        ),
+        state_dir=state_dir,
+        registry=registry,
+    )
