@@ -36,7 +36,10 @@ def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any
         resolved,
         ingress_cls=TandemIngress,
         routes=GATEWAY_ROUTES,
-        fastapi_app=create_fastapi_app(),
-        ingress_kwargs={"tiers": [route.model_dump() for route in tier_routes(resolved)]},
+        fastapi_app=create_fastapi_app(config.gateway),
+        ingress_kwargs={
+            "tiers": [route.model_dump() for route in tier_routes(resolved)],
+            "policy": config.gateway.model_dump(mode="json"),
+        },
         ingress_options={"num_replicas": config.server.ingress_replicas},
     )

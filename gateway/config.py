@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.policy import GatewayPolicy
 from infra.config import load_model_file
 from serving.bundled import BUNDLED_REF
 from serving.tiers import EngineConfig, TierConfig, default_tiers
@@ -48,6 +49,10 @@ class TandemConfig(BaseModel):
     tiers: list[TierConfig] = Field(default_factory=default_tiers)
     server: ServerConfig = Field(default_factory=ServerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    gateway: GatewayPolicy = Field(
+        default_factory=GatewayPolicy,
+        description="Request bounds, auth, limits, routing, guardrails, telemetry.",
+    )
 
     @model_validator(mode="after")
     def _inherit_and_check(self) -> TandemConfig:

@@ -18,7 +18,9 @@ from ray.serve.llm.ingress import OpenAiIngress
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from gateway.bounds import BodySizeLimit, check_bounds
 from gateway.errors import ModelNotFound, install_error_handlers
+from gateway.policy import GatewayPolicy
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +37,16 @@ class TierRoute(BaseModel):
     version: str = ""
 
 
-def create_fastapi_app() -> FastAPI:
-    """The FastAPI app behind the ingress, with OpenAI-format error handling."""
+def create_fastapi_app(policy: GatewayPolicy | None = None) -> FastAPI:
+    """The FastAPI app behind the ingress: OpenAI-format errors and the request body size limit."""
+    policy = policy or GatewayPolicy()
     app = FastAPI(
         title="Tandem gateway",
         description="OpenAI-compatible API over a standard and a speculative fast tier.",
         version="0.1.0",
     )
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=policy.bounds.max_body_bytes)
     return app
 
 
@@ -55,9 +59,11 @@ class TandemIngress(OpenAiIngress):
         model_cards: dict[str, Any],
         *,
         tiers: list[dict[str, Any]] | None = None,
+        policy: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(llm_deployments, model_cards, **kwargs)
+        self._policy = GatewayPolicy.model_validate(policy or {})
         routes = [TierRoute.model_validate(t) for t in tiers or []] or [
             TierRoute(name=model_id, model_id=model_id) for model_id in model_cards
         ]
@@ -82,11 +88,13 @@ class TandemIngress(OpenAiIngress):
 
     # The public request models subclass Ray's internal ones; FastAPI parses the body from these hints.
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:  # type: ignore[override]
+        check_bounds(body, self._policy.bounds)
         route = self.resolve(body.model)
         body.model = route.model_id
         return self._stamp(await super().chat(body, request), route)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:  # type: ignore[override]
+        check_bounds(body, self._policy.bounds)
         route = self.resolve(body.model)
         body.model = route.model_id
         return self._stamp(await super().completions(body, request), route)

@@ -113,6 +113,7 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
         ({"max_tokens": -5}, "max_tokens"),
         ({"max_tokens": 100_000}, "max_tokens"),
         ({"messages": "not a list"}, "messages"),
+        ({"n": 50}, "n"),
     ],
 )
 def test_invalid_parameters_are_400_naming_the_field(gateway: Gateway, extra: dict, field: str) -> None:
@@ -133,6 +134,13 @@ def test_malformed_bodies_are_400(gateway: Gateway, payload: bytes) -> None:
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_oversized_body_is_413(gateway: Gateway) -> None:
+    text = "word " * 300_000  # 1.5 MB, over the default 1 MiB limit
+    body = {"model": "standard", "messages": [{"role": "user", "content": text}]}
+    response = httpx.post(f"{gateway.openai_url}/chat/completions", json=body, timeout=60)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
 
 def test_health_and_metrics(gateway: Gateway) -> None:
