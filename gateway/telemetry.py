@@ -83,6 +83,8 @@ class GatewayTelemetry:
                     export_interval_millis=self.policy.metric_export_interval_s * 1000,
                 )
             )
+        self.endpoint = endpoint
+        self.metric_readers = readers
         self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         self.tracer = self.tracer_provider.get_tracer(INSTRUMENTATION)
         meter = self.meter_provider.get_meter(INSTRUMENTATION)
