@@ -1,4 +1,7 @@
-"""Output guardrails: a per-key tool allowlist and a redactor for secrets and PII in model outputs.
+"""Guardrails: request bounds on the way in; a per-key tool allowlist and a secret/PII redactor on the way out.
+
+Bounds (body size, max_tokens, n, messages, prompt characters) are checked before anything else and
+answer 400/413 naming the field.
 
 A tool call outside the key's allowlist never reaches the client (who would execute it): a whole
 response becomes a 403, a stream ends with an OpenAI-style error event. The redactor replaces configured
@@ -12,20 +15,96 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import regex
 
-from gateway.errors import error_body
+from gateway.errors import GatewayError, error_body
 from gateway.keys import PermissionDenied
-from gateway.policy import RedactionPattern, default_redaction_patterns
+from gateway.policy import RedactionPattern, RequestBounds, default_redaction_patterns
 
 log = logging.getLogger(__name__)
 
 # Emitted text kept as look-behind context, so '\b' at a chunk boundary sees the previous character.
 _CONTEXT_CHARS = 32
+
+
+# -- request bounds ---------------------------------------------------------------------------------
+class RequestOutOfBounds(GatewayError):
+    """400 (413 for the body size): a request past the policy's hard limits."""
+
+
+def check_body_size(content_length: str | int | None, bounds: RequestBounds) -> None:
+    """413 when the declared body size exceeds ``max_body_bytes`` (check before parsing the body)."""
+    try:
+        size = int(content_length) if content_length is not None else 0
+    except ValueError:
+        return
+    if size > bounds.max_body_bytes:
+        raise RequestOutOfBounds(
+            413,
+            f"The request body is {size} bytes; the limit is {bounds.max_body_bytes}.",
+            code="request_too_large",
+        )
+
+
+def prompt_chars(payload: Mapping[str, Any]) -> int:
+    """Characters of prompt text in a chat (``messages``) or completion (``prompt``) request."""
+    total = 0
+    for message in payload.get("messages") or []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(part.get("text") or "") for part in content if isinstance(part, Mapping))
+    prompt = payload.get("prompt")
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    for item in prompts:
+        # A prompt may be text, or token ids (count one per id).
+        if isinstance(item, str | list):
+            total += len(item)
+        elif isinstance(item, int):
+            total += 1
+    return total
+
+
+def check_request_bounds(payload: Mapping[str, Any], bounds: RequestBounds) -> None:
+    """400 naming the field when max_tokens, n, the message count or the prompt size is past ``bounds``.
+
+    ``payload`` is the request as a dict (``body.model_dump(exclude_unset=True)``).
+    """
+    for field in ("max_tokens", "max_completion_tokens"):
+        value = payload.get(field)
+        if isinstance(value, int) and value > bounds.max_tokens:
+            raise RequestOutOfBounds(
+                400,
+                f"{field} is {value}; the limit is {bounds.max_tokens}.",
+                param=field,
+                code="invalid_parameter",
+            )
+    n = payload.get("n")
+    if isinstance(n, int) and n > bounds.max_n:
+        raise RequestOutOfBounds(
+            400, f"n is {n}; the limit is {bounds.max_n}.", param="n", code="invalid_parameter"
+        )
+    messages = payload.get("messages")
+    if isinstance(messages, list) and len(messages) > bounds.max_messages:
+        raise RequestOutOfBounds(
+            400,
+            f"The request has {len(messages)} messages; the limit is {bounds.max_messages}.",
+            param="messages",
+            code="too_many_messages",
+        )
+    chars = prompt_chars(payload)
+    if chars > bounds.max_prompt_chars:
+        raise RequestOutOfBounds(
+            400,
+            f"The prompt has {chars} characters; the limit is {bounds.max_prompt_chars}.",
+            param="messages" if "messages" in payload else "prompt",
+            code="prompt_too_long",
+        )
 
 
 # -- tool allowlist ---------------------------------------------------------------------------------

@@ -24,6 +24,13 @@ REQUESTS = "requests"
 TOKENS = "tokens"
 
 
+def estimate_tokens(prompt_chars: int, max_tokens: int | None, *, n: int = 1, default_max_tokens: int) -> int:
+    """A request's tokens before it runs: about 4 characters per prompt token plus the completion budget
+    (``max_tokens`` or ``default_max_tokens``) for each of ``n`` choices. ``record_usage`` settles it."""
+    completion = max_tokens if max_tokens is not None else default_max_tokens
+    return math.ceil(prompt_chars / 4) + max(1, n) * max(0, completion)
+
+
 class RateLimited(GatewayError):
     """429 with the seconds to wait in ``retry_after_s`` and a ``Retry-After`` header."""
 

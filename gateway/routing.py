@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.policy import RoutingPolicy
 
@@ -45,6 +45,19 @@ class RequestFeatures:
 
     def allows(self, tier: str) -> bool:
         return self.allowed_tiers is None or tier in self.allowed_tiers
+
+
+def request_features(
+    payload: Mapping[str, Any], requested_tier: str, allowed_tiers: Sequence[str] | None = None
+) -> RequestFeatures:
+    """Routing features of a chat or completion request given as a dict."""
+    max_tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    return RequestFeatures(
+        requested_tier=requested_tier,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        stream=bool(payload.get("stream")),
+        allowed_tiers=frozenset(allowed_tiers) if allowed_tiers is not None else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,16 @@ import pytest
 from gateway.guardrails import (
     OutputGuard,
     Redactor,
+    RequestOutOfBounds,
     ToolNotAllowed,
+    check_body_size,
+    check_request_bounds,
     check_requested_tools,
     disallowed_tool_calls,
     luhn_valid,
+    prompt_chars,
 )
-from gateway.policy import GatewayPolicy, RedactionPattern
+from gateway.policy import GatewayPolicy, RedactionPattern, RequestBounds
 
 VISA = "4111 1111 1111 1111"  # a Luhn-valid test number
 NOT_A_CARD = "4111 1111 1111 1112"
@@ -260,3 +264,49 @@ async def test_sse_stream_allows_listed_tools_and_passes_other_events() -> None:
     assert any('"search"' in event for event in events)
     assert any('"upstream"' in event for event in events)
     assert guard.blocked_tool is None
+
+
+# -- request bounds ---------------------------------------------------------------------------------
+BOUNDS = RequestBounds(max_body_bytes=2048, max_tokens=100, max_n=2, max_messages=3, max_prompt_chars=50)
+
+
+def test_body_size_bound() -> None:
+    check_body_size(None, BOUNDS)
+    check_body_size("2048", BOUNDS)
+    check_body_size("not-a-number", BOUNDS)
+    with pytest.raises(RequestOutOfBounds) as caught:
+        check_body_size(2049, BOUNDS)
+    assert caught.value.status == 413 and caught.value.code == "request_too_large"
+
+
+def test_prompt_chars_counts_every_prompt_shape() -> None:
+    chat = {"messages": [{"role": "user", "content": "abc"}, {"role": "user", "content": [{"type": "text", "text": "de"}, {"type": "image_url"}]}, {"role": "assistant", "content": None}]}  # fmt: skip
+    assert prompt_chars(chat) == 5
+    assert prompt_chars({"prompt": "hello"}) == 5
+    assert prompt_chars({"prompt": ["ab", "cde"]}) == 5
+    assert prompt_chars({"prompt": [1, 2, 3]}) == 3
+    assert prompt_chars({"prompt": [[1, 2], [3]]}) == 3
+
+
+@pytest.mark.parametrize(
+    ("payload", "param", "code"),
+    [
+        ({"max_tokens": 101}, "max_tokens", "invalid_parameter"),
+        ({"max_completion_tokens": 500}, "max_completion_tokens", "invalid_parameter"),
+        ({"n": 3}, "n", "invalid_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}] * 4}, "messages", "too_many_messages"),
+        ({"messages": [{"role": "user", "content": "x" * 51}]}, "messages", "prompt_too_long"),
+        ({"prompt": "y" * 51}, "prompt", "prompt_too_long"),
+    ],
+)
+def test_request_bounds_name_the_field(payload: dict[str, Any], param: str, code: str) -> None:
+    with pytest.raises(RequestOutOfBounds) as caught:
+        check_request_bounds(payload, BOUNDS)
+    assert caught.value.status == 400 and caught.value.param == param and caught.value.code == code
+
+
+def test_requests_within_bounds_pass() -> None:
+    check_request_bounds(
+        {"max_tokens": 100, "n": 2, "messages": [{"role": "user", "content": "x" * 50}] * 1}, BOUNDS
+    )
+    check_request_bounds({"prompt": "y" * 50, "max_tokens": None}, BOUNDS)

@@ -12,7 +12,7 @@ import pytest
 from gateway.errors import error_body
 from gateway.keys import KeyRecord, SQLKeyStore, open_key_store
 from gateway.policy import LimitPolicy
-from gateway.ratelimit import RateLimited, RateLimiter
+from gateway.ratelimit import RateLimited, RateLimiter, estimate_tokens
 
 
 class FakeClock:
@@ -133,6 +133,12 @@ def test_a_refused_request_consumes_nothing(store: SQLKeyStore) -> None:
             limiter.check(key, 50)
         assert caught.value.headers["x-ratelimit-remaining-requests"] == "9"
     assert limiter.check(key, 10).remaining["requests"] == 8
+
+
+def test_estimate_tokens() -> None:
+    assert estimate_tokens(400, 50, default_max_tokens=4096) == 150
+    assert estimate_tokens(401, None, default_max_tokens=100) == 201
+    assert estimate_tokens(0, 10, n=3, default_max_tokens=100) == 30
 
 
 # -- concurrency ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from gateway.routing import (
     TierRouter,
     TierSnapshot,
     TierStats,
+    request_features,
 )
 
 
@@ -177,3 +178,10 @@ def test_stale_latency_stops_the_spill_so_the_fast_tier_recovers() -> None:
     quick.first_token()
     quick.finish(1)
     assert stats.snapshot()[FAST].ttft_s == pytest.approx(0.1)
+
+
+def test_request_features_from_a_payload() -> None:
+    features = request_features({"max_tokens": 64, "stream": True}, "auto", ["fast"])
+    assert features == RequestFeatures("auto", max_tokens=64, stream=True, allowed_tiers=frozenset({FAST}))
+    assert request_features({"max_completion_tokens": 8, "max_tokens": 64}, "fast").max_tokens == 8
+    assert request_features({}, "standard") == RequestFeatures("standard")
