@@ -36,7 +36,10 @@ TERMINAL_SYSTEM = (
     "change files; there is no network. When the task is done, reply with a short summary and stop "
     "calling tools."
 )
-DOCUMENTS_SYSTEM = "You answer questions about business documents precisely. Copy values exactly as written."
+DOCUMENTS_SYSTEM = (
+    "You answer questions about business documents precisely. Copy values exactly as written. Always end "
+    "your reply with a final line of the form 'ANSWER: <value>', for example 'ANSWER: 1,234.50'."
+)
 # Turns allowed beyond an instance's step budget, so that overrunning it is observed rather than cut off.
 _TURN_SLACK = 2
 SHOP_STATE_KEY = "evalsuite_shop_state"

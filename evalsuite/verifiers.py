@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT_WEIGHTS",
+    "UNFORMATTED_ANSWER_SCORE",
     "AgentTrace",
     "CheckOutcome",
     "TaskInstance",
@@ -83,31 +84,59 @@ def parse_number(value: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+# Reward for a right answer given without the ``ANSWER:`` line (read leniently from the last line).
+UNFORMATTED_ANSWER_SCORE = 0.75
+_FALLBACK_MAX_CHARS = 300
+
+
+def _last_line(completion: str) -> str | None:
+    lines = [line.strip() for line in (completion or "").splitlines() if line.strip()]
+    return lines[-1] if lines and len(lines[-1]) <= _FALLBACK_MAX_CHARS else None
+
+
+def _last_number(text: str) -> float | None:
+    for symbol in ("EUR", "USD", "\u20ac", "$", "\u00a3"):
+        text = text.replace(symbol, "")
+    for match in reversed(list(_NUMBER.finditer(text))):
+        number = parse_number(match.group(0))
+        if number is not None:
+            return number
+    return None
+
+
 def verify_documents(instance: TaskInstance, completion: str) -> VerifierResult:
-    """Exact (normalised) or numeric (absolute tolerance) match of the ``ANSWER:`` line."""
-    answer = parse_answer(completion)
+    """Exact (normalised) or numeric (absolute tolerance) match of the answer.
+
+    The answer is the ``ANSWER:`` line (score 1.0 when right). Without one, the last line of the completion
+    (at most 300 characters) is read leniently: its last number for numeric questions, or containment of
+    the expected text for exact ones; a right answer found that way scores ``UNFORMATTED_ANSWER_SCORE``.
+    ``correct`` means the answer is right either way; ``components["format"]`` says which way was used.
+    """
     expected = instance.expected["answer"]
+    numeric = instance.expected.get("match") == "numeric"
+    tolerance = float(instance.expected.get("tolerance", 0.01))
+    answer = parse_answer(completion)
+    formatted = answer is not None
     if answer is None:
-        return VerifierResult(
-            score=0.0,
-            correct=False,
-            components={"format": 0.0, "match": 0.0},
-            explanation="no 'ANSWER:' line in the completion",
-        )
-    if instance.expected.get("match") == "numeric":
-        number = parse_number(answer)
-        tolerance = float(instance.expected.get("tolerance", 0.01))
+        answer = _last_line(completion)
+    if answer is None:
+        return VerifierResult(score=0.0, correct=False, components={"format": 0.0, "match": 0.0},
+                              explanation="no 'ANSWER:' line and no short final line to read")  # fmt: skip
+    if numeric:
+        number = parse_number(answer) if formatted else _last_number(answer)
         ok = number is not None and abs(number - float(expected)) <= tolerance
         explanation = f"answer {number} vs expected {expected} (tolerance {tolerance})"
-    else:
+    elif formatted:
         ok = normalize_text(answer) == normalize_text(str(expected))
         explanation = f"answer {answer!r} vs expected {expected!r}"
-    return VerifierResult(
-        score=1.0 if ok else 0.0,
-        correct=ok,
-        components={"format": 1.0, "match": 1.0 if ok else 0.0},
-        explanation=explanation,
-    )
+    else:
+        ok = normalize_text(str(expected)) in normalize_text(answer)
+        explanation = f"final line {answer!r} vs expected {expected!r}"
+    if not formatted:
+        explanation += " (no ANSWER: line; read from the last line)"
+    score = (1.0 if formatted else UNFORMATTED_ANSWER_SCORE) if ok else 0.0
+    return VerifierResult(score=score, correct=ok, components={"format": float(formatted), "match": float(ok)},
+                          explanation=explanation)  # fmt: skip
 
 
 # ---------------------------------------------------------------- agent

@@ -47,7 +47,7 @@ def documents_policy(instances: list[TaskInstance], mode: str, wrong_every: int 
         index, instance = by_prompt[_prompt(messages)]
         expected = instance.expected["answer"]
         if mode == "malformed":
-            return ModelOutput.from_content("mockllm", f"I think it is {expected}.")
+            return ModelOutput.from_content("mockllm", "The document does not say, sorry.")
         if mode == "wrong" and index % wrong_every == 0:
             wrong = (float(expected) + 7.5) if instance.expected["match"] == "numeric" else f"{expected} Corp"
             return ModelOutput.from_content("mockllm", f"Let me see.\nANSWER: {wrong}")

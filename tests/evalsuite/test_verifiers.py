@@ -5,6 +5,7 @@ import pytest
 from evalsuite.errors import EvalError
 from evalsuite.generators import generate_instance, generate_instances
 from evalsuite.verifiers import (
+    UNFORMATTED_ANSWER_SCORE,
     AgentTrace,
     CheckOutcome,
     TerminalObservation,
@@ -38,8 +39,13 @@ def test_documents_right_wrong_malformed(task_type: str) -> None:
         assert verify(instance, f"ANSWER: '{str(expected).upper()}'.").correct
         wrong = verify(instance, "ANSWER: something else")
     assert not wrong.correct and wrong.score == 0.0 and wrong.components["format"] == 1.0
-    malformed = verify(instance, f"It is {expected}")
-    assert not malformed.correct and malformed.components["format"] == 0.0
+    lenient = verify(instance, f"Let me look.\nIt is {expected}.")
+    assert (
+        lenient.correct and lenient.score == UNFORMATTED_ANSWER_SCORE and lenient.components["format"] == 0.0
+    )
+    for malformed_text in ("", "I am not sure, sorry.", "ANSWER:", "x" * 400):
+        malformed = verify(instance, malformed_text)
+        assert not malformed.correct and malformed.score == 0.0 and malformed.components["format"] == 0.0
     with pytest.raises(EvalError):
         verify(instance, AgentTrace(final_state={}))
 
