@@ -127,6 +127,10 @@ async def _on_openai_http_error(_: Request, exc: Exception) -> JSONResponse:
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
     if type(exc).__name__ == "OpenAIHTTPException":
         return await _on_openai_http_error(_, exc)
+    if any(cls.__name__ == "VLLMClientError" for cls in type(exc).__mro__):
+        # vLLM's request validators raise these outside pydantic; vLLM itself classes them as 4xx.
+        message = str(getattr(exc, "args", [exc])[0] if getattr(exc, "args", None) else exc)
+        return error_response(400, message, param=getattr(exc, "parameter", None), code="invalid_parameter")
     if "EngineDeadError" in type(exc).__name__ or "EngineDeadError" in repr(exc)[:200]:
         # The tier's engine died (Ray restarts the replica): a server-side outage, retryable.
         log.error("event=engine_dead error=%r", repr(exc)[:300])
