@@ -351,8 +351,8 @@ class RolloutController:
     def _enter_step(self, index: int) -> None:
         self.state.phase, self.state.step_index = RolloutPhase.RUNNING, index
         self._set_weights(self.config.steps[index].weight)
-        self.state.step_started_at, self.state.window_start = self.clock(), self._try_snapshot()
         self.state.metric_failures = 0
+        self.state.step_started_at, self.state.window_start = self.clock(), self._try_snapshot()
 
     def _begin_exit(self, phase: RolloutPhase, reason: str) -> None:
         """Move all traffic off the release about to be removed; removal waits for the drain."""
