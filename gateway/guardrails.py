@@ -261,7 +261,9 @@ class OutputGuard:
     """Applies the tool allowlist and the redactor to one response, whole or streamed.
 
     ``counts`` holds redactions per pattern; ``usage`` the last usage block seen; ``on_first_token`` is
-    called once, when the first content or tool-call delta passes (for TTFT).
+    called once, when the first content or tool-call delta passes (for TTFT). With ``forward_usage``
+    False, usage blocks are read but not sent on: the gateway can ask the engine for
+    ``stream_options.include_usage`` (to settle rate limits) without changing what the client asked for.
     """
 
     def __init__(
@@ -270,10 +272,12 @@ class OutputGuard:
         allowed_tools: Sequence[str] | None,
         *,
         on_first_token: Callable[[], None] | None = None,
+        forward_usage: bool = True,
     ) -> None:
         self.redactor = redactor
         self.allowed_tools = allowed_tools
         self.on_first_token = on_first_token
+        self.forward_usage = forward_usage
         self.counts: Counter[str] = Counter()
         self.usage: dict[str, Any] | None = None
         self.blocked_tool: str | None = None
@@ -335,6 +339,10 @@ class OutputGuard:
                         yield _sse(chunk)
                         continue
                     blocked = self._guard_chunk(chunk)
+                    if not self.forward_usage:
+                        chunk.pop("usage", None)
+                        if not chunk["choices"]:
+                            continue
                     if blocked is not None:
                         yield _sse(
                             error_body(

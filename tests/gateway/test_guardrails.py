@@ -210,6 +210,23 @@ async def test_sse_stream_redacts_a_secret_split_across_events(regroup: int) -> 
     assert guard.usage == {"prompt_tokens": 3, "completion_tokens": 9}
 
 
+async def test_usage_read_but_not_forwarded_when_the_client_did_not_ask() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2}
+    raw = _sse_chunks(
+        [
+            {**_delta("hi"), "usage": None},
+            _delta("", finish="stop"),
+            {"id": "c1", "choices": [], "usage": usage},
+        ]
+    )
+    hidden = OutputGuard(None, None, forward_usage=False)
+    events = await _collect(hidden, raw)
+    assert hidden.usage == usage and "usage" not in "".join(events) and len(events) == 3
+    shown = OutputGuard(None, None)
+    events = await _collect(shown, raw)
+    assert shown.usage == usage and '"completion_tokens":2' in events[-2]
+
+
 async def test_sse_stream_without_finish_reason_flushes_before_done() -> None:
     guard = OutputGuard(Redactor(), None)
     events = await _collect(guard, _sse_chunks([_delta("reach me at someone@example"), _delta(".com")]))
