@@ -56,7 +56,7 @@ def start_command(
     config: Path = CONFIG,
     state_dir: Path = STATE_DIR,
     registry: str | None = REGISTRY,
-    poll_interval: float = typer.Option(30.0, "--poll-interval", min=0.1, help="Seconds between decisions."),
+    poll_interval: float = typer.Option(30.0, "--poll-interval", min=0.01, help="Seconds between decisions."),
     metrics_url: str | None = typer.Option(None, "--metrics-url", help="Override metrics.url."),
     max_ticks: int | None = typer.Option(None, "--max-ticks", min=1, help="Stop after this many decisions."),
 ) -> None:

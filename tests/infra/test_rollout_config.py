@@ -48,7 +48,9 @@ def test_shipped_rollout_yaml_parses() -> None:
     config = load_rollout_config(REPO / "infra" / "rollout.yaml")
     assert [step.weight for step in config.steps] == [10, 50, 100]
     last = config.thresholds(2)
-    assert last.error_rate is not None and last.error_rate.max == 0.01 and last.error_rate.max_increase is None
+    assert (
+        last.error_rate is not None and last.error_rate.max == 0.01 and last.error_rate.max_increase is None
+    )
     assert last.p99_ttft_seconds == config.analysis.p99_ttft_seconds  # not overridden: inherited
 
 
@@ -111,7 +113,7 @@ def test_assign_release_is_sticky_and_monotonic_in_the_weight() -> None:
     assert all(assign_release(k, 100, "r1") == "candidate" for k in keys)
     reshuffled = {k for k in keys if assign_release(k, 10, "r2") == "candidate"}
     assert reshuffled != at_10  # the salt decides which clients go first
-    with pytest.raises(ValueError, match="0..100"):
+    with pytest.raises(ValueError, match=r"0\.\.100"):
         assign_release("k", 101, "r1")
 
 
@@ -135,7 +137,7 @@ def test_gate_report_from_the_registry(tmp_path: Path) -> None:
     registry.publish(report, "gate-demo", "v2", kind="report")
     verdict, source = read_gate_verdict(GateRequirement(ref="gate-demo@v2"), registry)
     assert (verdict, source) == ("pass", "gate-demo@v2:gate-report.md")
-    with pytest.raises(RolloutError, match="no file 'gate.json'"):
+    with pytest.raises(RolloutError, match=r"no file 'gate\.json'"):
         read_gate_verdict(GateRequirement(ref="gate-demo@v2", file="gate.json"), registry)
     with pytest.raises(RolloutError, match="cannot read"):
         read_gate_verdict(GateRequirement(path=tmp_path / "missing.md"), registry)
@@ -150,7 +152,9 @@ def test_analysis_absolute_relative_and_no_data() -> None:
             "acceptance_rate": {"min": 0.4, "max_drop": 0.1},
         }
     )
-    stable = WindowMetrics(requests=1000, errors=5, p99_ttft_seconds=1.0, drafted_tokens=100, accepted_tokens=70)
+    stable = WindowMetrics(
+        requests=1000, errors=5, p99_ttft_seconds=1.0, drafted_tokens=100, accepted_tokens=70
+    )
     good = WindowMetrics(requests=100, errors=1, p99_ttft_seconds=1.1, drafted_tokens=100, accepted_tokens=65)
     assert {c.status for c in evaluate_analysis(thresholds, good, stable)} == {"pass"}
 
