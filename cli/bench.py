@@ -113,3 +113,38 @@ def bench_gateway(
         f"RPS ratio: {result['rps_ratio']}"
     )
     console.print(f"written: {write_result(result, out, 'gateway')}")
+
+
+@bench_app.command("load")
+def bench_load(
+    url: Annotated[str, typer.Option(help="A running gateway, e.g. http://127.0.0.1:8000.")],
+    api_key: Annotated[str, typer.Option(envvar="TANDEM_API_KEY", help="Key with room for the whole run.")],
+    limited_key: Annotated[
+        str | None, typer.Option(help="A key with a small limit, used for every 10th request (expects 429s).")
+    ] = None,
+    requests: Annotated[int, typer.Option(min=1, max=20_000)] = 2000,
+    concurrency: Annotated[int, typer.Option(min=1, max=512)] = 64,
+    max_tokens: Annotated[int, typer.Option(min=1, max=256)] = 8,
+    kill_fast: Annotated[
+        bool, typer.Option(help="Kill the fast tier's replica a third of the way in.")
+    ] = False,
+    out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
+) -> None:
+    """Bounded loopback load test: status codes, 5xx count, 429 shape; optionally with a replica killed."""
+    from gateway.bench import write_result
+    from gateway.bench_load import run_load_test
+
+    with console.status(f"{requests} requests at {concurrency} concurrency..."):
+        result = run_load_test(
+            url,
+            api_key,
+            limited_key=limited_key,
+            requests=requests,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            kill_fast=kill_fast,
+        )
+    console.print_json(data={k: v for k, v in result.items() if not k.endswith("_samples")})
+    for sample in result["server_error_samples"] + result["malformed_429_samples"]:
+        console.print(f"[red]{sample}[/]")
+    console.print(f"written: {write_result(result, out, 'load-kill' if kill_fast else 'load')}")

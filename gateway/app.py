@@ -40,6 +40,7 @@ def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any
         ingress_kwargs={
             "tiers": [route.model_dump() for route in tier_routes(resolved)],
             "policy": config.gateway.model_dump(mode="json"),
+            "host": config.server.host,
         },
         ingress_options={"num_replicas": config.server.ingress_replicas},
     )

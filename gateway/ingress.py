@@ -18,14 +18,12 @@ from ray.serve.llm.ingress import OpenAiIngress
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from gateway.bounds import BodySizeLimit, check_bounds
-from gateway.errors import ModelNotFound, install_error_handlers
+from gateway.bounds import BodySizeLimit
+from gateway.errors import install_error_handlers
+from gateway.pipeline import RequestPipeline, TierTarget
 from gateway.policy import GatewayPolicy
 
 log = logging.getLogger(__name__)
-
-TIER_HEADER = "x-tandem-tier"
-VERSION_HEADER = "x-tandem-version"
 
 
 class TierRoute(BaseModel):
@@ -51,7 +49,8 @@ def create_fastapi_app(policy: GatewayPolicy | None = None) -> FastAPI:
 
 
 class TandemIngress(OpenAiIngress):
-    """OpenAiIngress with tier aliases, tier/version headers, health and metrics."""
+    """OpenAiIngress with Tandem's request pipeline (bounds, keys, limits, routing, guardrails, telemetry),
+    tier/version headers, health and metrics."""
 
     def __init__(
         self,
@@ -60,52 +59,33 @@ class TandemIngress(OpenAiIngress):
         *,
         tiers: list[dict[str, Any]] | None = None,
         policy: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
         **kwargs: Any,
     ) -> None:
         super().__init__(llm_deployments, model_cards, **kwargs)
-        self._policy = GatewayPolicy.model_validate(policy or {})
         routes = [TierRoute.model_validate(t) for t in tiers or []] or [
-            TierRoute(name=model_id, model_id=model_id) for model_id in model_cards
+            TierRoute(name="standard", model_id=model_id) for model_id in model_cards
         ]
-        self._tiers: dict[str, TierRoute] = {}
-        for route in routes:
-            for public in (route.model_id, *route.aliases):
-                self._tiers[public] = route
+        self._routes = {route.name: route for route in routes}
+        targets = [TierTarget(r.name, r.model_id, tuple(r.aliases), r.version) for r in routes]
+        self._pipeline = RequestPipeline(GatewayPolicy.model_validate(policy or {}), targets, host=host)
         self._http = httpx.AsyncClient(timeout=5.0)
-
-    # -- routing ------------------------------------------------------------------------------------
-    def resolve(self, model: str | None) -> TierRoute:
-        """The tier a requested model id or alias names; 404 in OpenAI format otherwise."""
-        if model is None or model not in self._tiers:
-            raise ModelNotFound(model, sorted(self._tiers))
-        return self._tiers[model]
-
-    @staticmethod
-    def _stamp(response: Response, route: TierRoute) -> Response:
-        response.headers[TIER_HEADER] = route.name
-        response.headers[VERSION_HEADER] = route.version
-        return response
 
     # The public request models subclass Ray's internal ones; FastAPI parses the body from these hints.
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:  # type: ignore[override]
-        check_bounds(body, self._policy.bounds)
-        route = self.resolve(body.model)
-        body.model = route.model_id
-        return self._stamp(await super().chat(body, request), route)
+        return await self._pipeline.handle(body, request, super().chat, "chat")
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:  # type: ignore[override]
-        check_bounds(body, self._policy.bounds)
-        route = self.resolve(body.model)
-        body.model = route.model_id
-        return self._stamp(await super().completions(body, request), route)
+        return await self._pipeline.handle(body, request, super().completions, "text_completion")
 
     async def model_data(self, model: str) -> Any:
-        return await super().model_data(self.resolve(model).model_id)
+        tier = self._pipeline.requested_tier(model)
+        return await super().model_data(self._routes[tier if tier in self._routes else "standard"].model_id)
 
     # -- operations ---------------------------------------------------------------------------------
     async def health(self) -> Response:
         """200 when every tier's engine answers its health check, else 503 naming the failing tiers."""
-        routes = {route.model_id: route for route in self._tiers.values()}
+        routes = {route.model_id: route for route in self._routes.values()}
 
         async def check(model_id: str) -> str | None:
             try:

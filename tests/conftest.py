@@ -91,10 +91,29 @@ def subset_draft_dir(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathF
 class Gateway:
     base_url: str
     log: Path
+    api_key: str
+    key_store: str
 
     @property
     def openai_url(self) -> str:
         return f"{self.base_url}/v1"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+def _suite_key(key_store: str) -> str:
+    """A key for the test suite itself, with limits no test reaches."""
+    from gateway.keys import open_key_store
+
+    store = open_key_store(key_store)
+    try:
+        return store.create(
+            "test-suite", "tests", requests_per_minute=1_000_000, tokens_per_minute=1_000_000_000
+        ).key
+    finally:
+        store.close()
 
 
 @pytest.fixture(scope="session")
@@ -106,16 +125,23 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
     Set TANDEM_TEST_GATEWAY_URL to run the tests against a gateway that is already running.
     """
     if os.environ.get("TANDEM_TEST_GATEWAY_URL"):
-        yield Gateway(base_url=os.environ["TANDEM_TEST_GATEWAY_URL"].rstrip("/"), log=Path("/dev/null"))
+        yield Gateway(
+            base_url=os.environ["TANDEM_TEST_GATEWAY_URL"].rstrip("/"),
+            log=Path("/dev/null"),
+            api_key=os.environ["TANDEM_TEST_API_KEY"],
+            key_store=os.environ["TANDEM_TEST_KEY_STORE"],
+        )
         return
     work = tmp_path_factory.mktemp("gateway")
     port = free_port()
+    key_store = str(work / "keys.db")
+    api_key = _suite_key(key_store)
     config = {
         "registry": f"file://{work / 'registry'}",
         "engine": {
             "dtype": "float32",
             "max_model_len": 2048,
-            "gpu_memory_utilization": 0.15,
+            "gpu_memory_utilization": 0.08,
             "max_num_seqs": 16,
         },
         "tiers": [
@@ -132,6 +158,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
             },
         ],
         "server": {"host": "127.0.0.1", "port": port},
+        "gateway": {"auth": {"mode": "keys", "key_store": key_store}},
     }
     config_path = work / "tandem.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -158,7 +185,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
             os.killpg(process.pid, signal.SIGKILL)
             pytest.fail(f"tandem serve not ready after {GATEWAY_START_TIMEOUT_S}s:\n{_tail(log)}")
         time.sleep(2)
-    yield Gateway(base_url=base_url, log=log)
+    yield Gateway(base_url=base_url, log=log, api_key=api_key, key_store=key_store)
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=90)

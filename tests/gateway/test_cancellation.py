@@ -34,7 +34,9 @@ def test_disconnect_cancels_generation(gateway: Gateway) -> None:
     }
     with (
         httpx.Client(timeout=120) as client,
-        client.stream("POST", f"{gateway.openai_url}/chat/completions", json=body) as response,
+        client.stream(
+            "POST", f"{gateway.openai_url}/chat/completions", json=body, headers=gateway.auth
+        ) as response,
     ):
         assert response.status_code == 200
         received = 0

@@ -13,7 +13,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def _kwargs(gateway: Gateway) -> dict:
-    return {"api_base": gateway.openai_url, "api_key": "unused", "timeout": 300, "num_retries": 0}
+    return {"api_base": gateway.openai_url, "api_key": gateway.api_key, "timeout": 300, "num_retries": 0}
 
 
 def test_chat(gateway: Gateway) -> None:

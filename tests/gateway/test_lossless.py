@@ -29,7 +29,7 @@ def _greedy_token_ids(client: openai.OpenAI, model: str, prompt: str) -> tuple[l
 
 @pytest.mark.parametrize("concurrency", [1, 8], ids=["one-at-a-time", "batched"])
 def test_fast_tier_is_token_identical(gateway: Gateway, concurrency: int) -> None:
-    client = openai.OpenAI(base_url=gateway.openai_url, api_key="unused", timeout=600, max_retries=0)
+    client = openai.OpenAI(base_url=gateway.openai_url, api_key=gateway.api_key, timeout=600, max_retries=0)
     with ThreadPoolExecutor(concurrency) as pool:
         standard = list(pool.map(lambda p: _greedy_token_ids(client, "tandem-standard", p), LOSSLESS_PROMPTS))
         fast = list(pool.map(lambda p: _greedy_token_ids(client, "tandem-fast", p), LOSSLESS_PROMPTS))

@@ -15,7 +15,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def client(gateway: Gateway) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.openai_url, api_key="unused", timeout=300, max_retries=0)
+    return openai.OpenAI(base_url=gateway.openai_url, api_key=gateway.api_key, timeout=300, max_retries=0)
 
 
 def test_models_lists_both_tiers(client: openai.OpenAI) -> None:
@@ -118,7 +118,9 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
 )
 def test_invalid_parameters_are_400_naming_the_field(gateway: Gateway, extra: dict, field: str) -> None:
     body = {"model": "standard", "messages": QUESTION, "max_tokens": 4} | extra
-    response = httpx.post(f"{gateway.openai_url}/chat/completions", json=body, timeout=60)
+    response = httpx.post(
+        f"{gateway.openai_url}/chat/completions", json=body, headers=gateway.auth, timeout=60
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == field or field in error["message"]
@@ -129,7 +131,7 @@ def test_malformed_bodies_are_400(gateway: Gateway, payload: bytes) -> None:
     response = httpx.post(
         f"{gateway.openai_url}/chat/completions",
         content=payload,
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json"} | gateway.auth,
         timeout=60,
     )
     assert response.status_code == 400, response.text
@@ -139,7 +141,9 @@ def test_malformed_bodies_are_400(gateway: Gateway, payload: bytes) -> None:
 def test_oversized_body_is_413(gateway: Gateway) -> None:
     text = "word " * 300_000  # 1.5 MB, over the default 1 MiB limit
     body = {"model": "standard", "messages": [{"role": "user", "content": text}]}
-    response = httpx.post(f"{gateway.openai_url}/chat/completions", json=body, timeout=60)
+    response = httpx.post(
+        f"{gateway.openai_url}/chat/completions", json=body, headers=gateway.auth, timeout=60
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
 

@@ -39,7 +39,7 @@ def test_no_server_errors(gateway: Gateway) -> None:
         @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def exercise(case: Any) -> None:
             _cap(case.body)
-            response = case.call(timeout=120)
+            response = case.call(headers=gateway.auth, timeout=120)
             if response.status_code >= 500:
                 server_errors.append(
                     f"{case.method} {case.path} -> {response.status_code}: {response.text[:200]}"

@@ -1,0 +1,262 @@
+"""The per-request pipeline of the gateway, in order:
+bounds -> auth -> rate limit -> route -> call -> guardrails -> settle usage -> telemetry.
+
+The ingress owns the HTTP surface; this module owns the policy decisions, so each stage stays a call to
+one of the gateway's modules (keys, ratelimit, routing, guardrails, telemetry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.bounds import check_bounds
+from gateway.errors import GatewayError, ModelNotFound, error_body
+from gateway.guardrails import OutputGuard, Redactor, check_requested_tools
+from gateway.keys import KeyRecord, auth_required, open_key_store
+from gateway.policy import GatewayPolicy
+from gateway.ratelimit import RateLimiter, Reservation
+from gateway.routing import AUTO, FAST, STANDARD, RequestFeatures, TierRouter, TierStats
+from gateway.telemetry import GatewayTelemetry, RequestTrace
+
+log = logging.getLogger(__name__)
+
+TIER_HEADER = "x-tandem-tier"
+VERSION_HEADER = "x-tandem-version"
+REASON_HEADER = "x-tandem-route-reason"
+AUTO_IDS = ("tandem-auto", "auto")
+DEFAULT_COMPLETION_ESTIMATE = 256  # tokens reserved when a request names no max_tokens
+
+
+@dataclass(frozen=True)
+class TierTarget:
+    name: str
+    model_id: str
+    aliases: tuple[str, ...]
+    version: str
+
+
+def _engine_failed(exc: BaseException) -> bool:
+    """A tier that died or is restarting (not a client mistake): worth one retry on the other tier."""
+    text = f"{type(exc).__name__} {exc!r}"[:500]
+    return any(
+        name in text
+        for name in ("EngineDeadError", "ActorDiedError", "ActorUnavailableError", "RayActorError")
+    )
+
+
+def _estimate_tokens(body: Any) -> int:
+    messages = getattr(body, "messages", None)
+    prompt_chars = (
+        sum(
+            len(str(m.get("content") if isinstance(m, dict) else getattr(m, "content", ""))) for m in messages
+        )
+        if messages is not None
+        else len(str(getattr(body, "prompt", "")))
+    )
+    completion = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    n = getattr(body, "n", None) or 1
+    return prompt_chars // 4 + (completion or DEFAULT_COMPLETION_ESTIMATE) * n
+
+
+class RequestPipeline:
+    """Everything the ingress does around one engine call, configured by a ``GatewayPolicy``."""
+
+    def __init__(self, policy: GatewayPolicy, targets: list[TierTarget], *, host: str = "127.0.0.1") -> None:
+        self.policy = policy
+        self.targets = {target.name: target for target in targets}
+        self.names: dict[str, str] = {}
+        for target in targets:
+            for public in (target.model_id, *target.aliases):
+                self.names[public] = target.name
+        if FAST in self.targets:
+            for public in AUTO_IDS:
+                self.names.setdefault(public, AUTO)
+        self.auth_required = auth_required(policy, host)
+        self.key_store = open_key_store(policy.auth.key_store_url()) if self.auth_required else None
+        self.limiter = RateLimiter(self.key_store.database, policy.limits) if self.key_store else None
+        self.router = TierRouter(policy.routing, tiers=frozenset(self.targets))
+        self.stats = TierStats.from_policy(policy.routing)
+        guard = policy.guardrails
+        self.redactor = Redactor(guard.patterns) if guard.redact_outputs and guard.patterns else None
+        self.telemetry = GatewayTelemetry(policy.telemetry)
+
+    def public_ids(self) -> list[str]:
+        return sorted(self.names)
+
+    def requested_tier(self, model: str | None) -> str:
+        if model is None or model not in self.names:
+            raise ModelNotFound(model, self.public_ids())
+        return self.names[model]
+
+    async def handle(
+        self,
+        body: Any,
+        request: Request,
+        call: Callable[[Any, Request], Awaitable[Response]],
+        operation: str,
+    ) -> Response:
+        check_bounds(body, self.policy.bounds)
+        stream = bool(getattr(body, "stream", False))
+        trace = self.telemetry.start_request(operation=operation, model=body.model, stream=stream)
+        reservation: Reservation | None = None
+        try:
+            # Who is asking comes before what they ask for: an unknown key learns nothing about models.
+            key = await self._authenticate(request)
+            trace.set_key(key.key_id if key else None)
+            requested = self.requested_tier(body.model)
+            if key is not None:
+                key.require_tier(requested)
+            check_requested_tools(getattr(body, "tools", None), key.tools if key else None)
+            if key is not None and self.limiter is not None:
+                reservation = await asyncio.to_thread(self.limiter.check, key, _estimate_tokens(body))
+            features = RequestFeatures(
+                requested_tier=requested,
+                max_tokens=getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None),
+                stream=stream,
+                allowed_tiers=frozenset(key.tiers) if key and key.tiers is not None else None,
+            )
+            decision = self.router.choose(features, self.stats.snapshot())
+            response = await self._call_with_fallback(
+                body, request, call, decision.tier, decision.reason, trace, key, reservation
+            )
+        except GatewayError as exc:
+            trace.set_error(exc.status, exc.code or type(exc).__name__)
+            trace.end()
+            await self._settle(reservation, 0)
+            raise
+        except BaseException as exc:
+            trace.set_error(500, type(exc).__name__)
+            trace.end()
+            await self._settle(reservation, 0)
+            raise
+        if reservation is not None:
+            response.headers.update(reservation.headers())
+        return response
+
+    async def _authenticate(self, request: Request) -> KeyRecord | None:
+        if self.key_store is None:
+            return None
+        return await asyncio.to_thread(
+            self.key_store.authenticate, request.headers.get("authorization"), AUTO
+        )
+
+    async def _call_with_fallback(
+        self,
+        body: Any,
+        request: Request,
+        call: Callable[[Any, Request], Awaitable[Response]],
+        tier: str,
+        reason: str,
+        trace: RequestTrace,
+        key: KeyRecord | None,
+        reservation: Reservation | None,
+    ) -> Response:
+        try:
+            return await self._call(body, request, call, tier, reason, trace, key, reservation)
+        except Exception as exc:
+            other = STANDARD if tier == FAST else FAST
+            allowed = key is None or key.allows_tier(other)
+            if not _engine_failed(exc) or other not in self.targets or not allowed:
+                raise
+            log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(exc)[:200])
+            return await self._call(
+                body, request, call, other, f"{tier}_unavailable", trace, key, reservation
+            )
+
+    async def _call(
+        self,
+        body: Any,
+        request: Request,
+        call: Callable[[Any, Request], Awaitable[Response]],
+        tier: str,
+        reason: str,
+        trace: RequestTrace,
+        key: KeyRecord | None,
+        reservation: Reservation | None,
+    ) -> Response:
+        target = self.targets[tier]
+        trace.set_route(tier, target.version, reason)
+        client_wants_usage = False
+        update: dict[str, Any] = {"model": target.model_id}
+        if getattr(body, "stream", False):
+            options = getattr(body, "stream_options", None)
+            client_wants_usage = bool(options and getattr(options, "include_usage", False))
+            # Ask the engine for usage on every stream: it settles rate limits and feeds telemetry.
+            update["stream_options"] = {"include_usage": True}
+        # Re-validated rather than assigned, so nested fields keep their model types.
+        body = type(body).model_validate(body.model_dump(exclude_unset=True) | update)
+        in_flight = self.stats.begin(tier)
+
+        def first_token() -> None:
+            in_flight.first_token()
+            trace.first_token()
+
+        guard = OutputGuard(
+            self.redactor,
+            key.tools if key else None,
+            on_first_token=first_token,
+            forward_usage=client_wants_usage or not getattr(body, "stream", False),
+        )
+        try:
+            response = await call(body, request)
+        except BaseException:
+            in_flight.finish(ok=False)
+            raise
+        headers = {TIER_HEADER: tier, VERSION_HEADER: target.version, REASON_HEADER: reason}
+        if isinstance(response, StreamingResponse):
+            return StreamingResponse(
+                self._guarded_stream(response.body_iterator, guard, in_flight, trace, reservation),
+                media_type="text/event-stream",
+                headers=headers,
+            )
+        payload = json.loads(bytes(response.body))
+        first_token()
+        try:
+            guarded = guard.guard_json(payload)
+        except GatewayError:
+            in_flight.finish(ok=False)
+            raise
+        usage = guarded.get("usage") or {}
+        in_flight.finish(usage.get("completion_tokens"))
+        trace.set_usage_from(usage)
+        trace.add_redactions(guard.counts)
+        trace.end()
+        await self._settle(reservation, int(usage.get("total_tokens") or 0))
+        return JSONResponse(guarded, status_code=response.status_code, headers=headers)
+
+    async def _guarded_stream(
+        self,
+        source: AsyncIterable[Any],
+        guard: OutputGuard,
+        in_flight: Any,
+        trace: RequestTrace,
+        reservation: Reservation | None,
+    ) -> AsyncIterator[str]:
+        ok = False
+        try:
+            async for piece in guard.guard_sse(source):
+                yield piece
+            ok = True
+        except GatewayError as exc:
+            trace.set_error(exc.status, exc.code)
+            yield f"data: {json.dumps(error_body(exc.status, exc.message, param=exc.param, code=exc.code))}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            usage = guard.usage or {}
+            in_flight.finish(usage.get("completion_tokens"), ok=ok)
+            trace.set_usage_from(usage)
+            trace.add_redactions(guard.counts)
+            trace.end()
+            await self._settle(reservation, int(usage.get("total_tokens") or 0))
+
+    async def _settle(self, reservation: Reservation | None, actual_tokens: int) -> None:
+        if reservation is not None and self.limiter is not None:
+            await asyncio.to_thread(self.limiter.record_usage, reservation, actual_tokens)
