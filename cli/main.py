@@ -40,6 +40,14 @@ def _register() -> None:
 
     app.command("distill")(distill_command)
 
+    from gateway.keys_cli import keys_app
+
+    app.add_typer(keys_app, name="keys")
+
+    from infra.rollout_cli import rollout_app
+
+    app.add_typer(rollout_app, name="rollout")
+
     from cli.bench import bench_app
 
     app.add_typer(bench_app, name="bench")
