@@ -288,6 +288,8 @@ class OutputGuard:
     # whole responses
     def guard_json(self, body: dict[str, Any]) -> dict[str, Any]:
         """Check and redact a non-streamed chat or text completion in place; ToolNotAllowed (403)."""
+        if isinstance(body.get("usage"), dict):
+            self.usage = body["usage"]
         for choice in body.get("choices") or []:
             message = choice.get("message")
             if isinstance(message, dict):
@@ -300,8 +302,6 @@ class OutputGuard:
                     message[field] = self._redact_whole(message.get(field))
             if "text" in choice:
                 choice["text"] = self._redact_whole(choice.get("text"))
-        if isinstance(body.get("usage"), dict):
-            self.usage = body["usage"]
         return body
 
     def _redact_whole(self, text: Any) -> Any:
@@ -383,21 +383,26 @@ class OutputGuard:
                     if isinstance(delta.get(field), str):
                         if delta[field]:
                             self._mark_first()
-                        delta[field] = self._redact_piece(index, field, delta[field], choice)
+                        delta[field] = self._redact_piece(index, field, delta[field])
             if isinstance(choice.get("text"), str):
                 if choice["text"]:
                     self._mark_first()
-                choice["text"] = self._redact_piece(index, "text", choice["text"], choice)
+                choice["text"] = self._redact_piece(index, "text", choice["text"])
+            if choice.get("finish_reason") is not None:
+                # The choice is complete: whatever was held back goes out with its final chunk.
+                for held in sorted(held for held in self._streams if held[0] == index):
+                    released = self._close_stream(held)
+                    if held[1] == "text":
+                        choice["text"] = (choice.get("text") or "") + released
+                    elif released:
+                        target = choice.setdefault("delta", {})
+                        target[held[1]] = (target.get(held[1]) or "") + released
         return None
 
-    def _redact_piece(self, index: int, field: str, text: str, choice: dict[str, Any]) -> str:
+    def _redact_piece(self, index: int, field: str, text: str) -> str:
         if self.redactor is None:
             return text
-        stream = self._streams.setdefault((index, field), self.redactor.stream())
-        released = stream.feed(text)
-        if choice.get("finish_reason") is not None:
-            released += self._close_stream((index, field))
-        return released
+        return self._streams.setdefault((index, field), self.redactor.stream()).feed(text)
 
     def _close_stream(self, slot: tuple[int, str]) -> str:
         stream = self._streams.pop(slot, None)

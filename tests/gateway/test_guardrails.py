@@ -227,6 +227,26 @@ async def test_usage_read_but_not_forwarded_when_the_client_did_not_ask() -> Non
     assert shown.usage == usage and '"completion_tokens":2' in events[-2]
 
 
+async def test_held_text_goes_out_with_the_finish_chunk_even_without_content() -> None:
+    guard = OutputGuard(Redactor(), None)
+    events = await _collect(guard, _sse_chunks([_delta("write to bob"), {**_delta(finish="stop")}]))
+    finish = json.loads(events[-2].removeprefix("data: "))["choices"][0]
+    assert finish["finish_reason"] == "stop" and finish["delta"] == {"content": "bob"}
+    assert _content(events) == "write to bob" and len(events) == 3
+    text_guard = OutputGuard(Redactor(), None)
+    raw = _sse_chunks([{"choices": [{"index": 0, "text": "x@y.io", "finish_reason": None}]},
+                       {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}])  # fmt: skip
+    events = await _collect(text_guard, raw)
+    assert json.loads(events[-2].removeprefix("data: "))["choices"][0]["text"] == "[REDACTED:email]"
+
+
+async def test_blocked_non_streamed_tool_call_still_reports_usage() -> None:
+    guard = OutputGuard(None, [])
+    with pytest.raises(ToolNotAllowed):
+        guard.guard_json(_chat(None, [{"id": "t", "function": {"name": "anything"}}]))
+    assert guard.usage is not None and guard.usage["completion_tokens"] == 5
+
+
 async def test_sse_stream_without_finish_reason_flushes_before_done() -> None:
     guard = OutputGuard(Redactor(), None)
     events = await _collect(guard, _sse_chunks([_delta("reach me at someone@example"), _delta(".com")]))
