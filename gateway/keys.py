@@ -254,7 +254,10 @@ def open_database(url: str) -> Database:
             ) from exc
         return PostgresDatabase(url)
     if url.startswith("sqlite:///"):
-        return SQLiteDatabase(url.removeprefix("sqlite:///") or ":memory:")
+        url = url.removeprefix("sqlite:///")
+    if not url or url == ":memory:":
+        # Every thread and replica must see the same keys and buckets: an in-memory database cannot.
+        raise ConfigError("key store: a SQLite key store needs a file path, not an in-memory database")
     if "://" in url:
         raise ConfigError(
             f"key store {url!r}: unsupported scheme (allowed: a file path, sqlite:///, postgresql://)"

@@ -148,6 +148,9 @@ def test_store_is_shared_between_openers(tmp_path: Path) -> None:
 def test_unsupported_store_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unsupported scheme"):
         open_key_store("mysql://localhost/keys")
+    for url in ("sqlite:///", ":memory:", "sqlite:///:memory:"):
+        with pytest.raises(ConfigError, match="file path"):
+            open_key_store(url)
 
 
 def test_bearer_token_parsing() -> None:
