@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import statistics
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,12 +81,14 @@ def run_eval_bench(
         for phase, v in phases.items()
     }
     tasks = build_tasks(["terminal", "documents", "agent"], split="dev", limit=samples_per_family)
+    log_dir = tempfile.mkdtemp(prefix="tandem-eval-bench-")
     started = time.perf_counter()
     model_args: dict[str, Any] = {"custom_outputs": _instant_answer} if model.startswith("mockllm/") else {}
     logs = inspect_eval(tasks, model=resolve_model(model, None, **model_args), max_samples=concurrency, display="none",
-                        log_dir=str(Path(output_dir) / "eval-bench-logs"))  # fmt: skip
+                        log_dir=log_dir)  # fmt: skip
     elapsed = time.perf_counter() - started
     samples = sum(len(lg.samples or []) for lg in logs)
+    shutil.rmtree(log_dir, ignore_errors=True)
     throughput = round(samples / elapsed, 3)
     result: dict[str, Any] = {
         "benchmark": "eval",
@@ -103,6 +107,7 @@ def run_eval_bench(
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"eval-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(result, indent=2))
+    (directory / "eval-latest.json").write_text(json.dumps(result, indent=2))
     result["path"] = str(path)
     log.info("event=bench_eval path=%s samples_per_s=%s", path, throughput)
     return result
