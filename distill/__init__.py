@@ -2,6 +2,7 @@
 
 from distill.acceptance import AcceptanceReport, measure_acceptance, measure_cost_ratio
 from distill.api import distill_draft, latest_draft_for
+from distill.bench import run_fast_bench
 from distill.config import DistillConfig
 from distill.draft_init import build_layer_subset_draft, check_same_tokenizer, spread_layers
 from distill.errors import CheckpointError, DistillError, TokenizerMismatch
@@ -28,5 +29,6 @@ __all__ = [
     "latest_draft_for",
     "measure_acceptance",
     "measure_cost_ratio",
+    "run_fast_bench",
     "spread_layers",
 ]

@@ -139,6 +139,7 @@ def run_fast_bench(
         return {"method": "draft_model", "model": str(model), "num_speculative_tokens": k}
 
     started = time.perf_counter()
+    load_before = os.getloadavg()
     runs: dict[str, dict[str, Any]] = {}
     runs["standard"] = _run_engine(
         {**base, "dtype": "bfloat16", "phases": speed_phases}, "standard", engine_timeout_s
@@ -194,6 +195,9 @@ def run_fast_bench(
             "max_tokens": max_tokens,
             "measured_at": datetime.now(UTC).isoformat(),
             "bench_seconds": round(time.perf_counter() - started, 1),
+            # The CPU is shared: record how busy it was, since it bounds how far timings can be trusted.
+            "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+            "cpu_count": os.cpu_count(),
             "engines": {name: _without_token_ids(run) for name, run in runs.items()},
         }
     )

@@ -86,9 +86,54 @@ def distill_command(
     console.print(table)
 
 
+def fast_bench_command(
+    teacher: Annotated[
+        str, typer.Option(help="Registry ref of the target model.")
+    ] = "smollm2-135m-instruct@base",
+    draft: Annotated[
+        str | None, typer.Option(help="Draft ref; default the newest draft of the teacher.")
+    ] = None,
+    k: Annotated[
+        int | None, typer.Option(help="num_speculative_tokens; default the draft's chosen k.")
+    ] = None,
+    streams: Annotated[int, typer.Option(help="Concurrent streams of the multi-stream phase.")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request in the speed phases.")] = 128,
+    single_requests: Annotated[int, typer.Option(help="Requests sent one at a time (1-stream phase).")] = 8,
+    multi_requests: Annotated[int, typer.Option(help="Requests in the multi-stream phase.")] = 32,
+    undistilled: Annotated[
+        bool, typer.Option(help="Also measure the undistilled layer-subset draft.")
+    ] = True,
+    lossless_requests: Annotated[
+        int, typer.Option(help="Prompts in the float32 lossless check (0 skips it).")
+    ] = 20,
+    registry: Annotated[str | None, typer.Option(help="Registry URL.")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where the JSON result goes.")] = Path("bench/results"),
+) -> None:
+    """Fast tier vs standard tier with vLLM: tokens/s at 1 and N streams, acceptance, lossless check."""
+    from distill.bench import run_fast_bench
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    run_fast_bench(
+        teacher_ref=teacher,
+        draft_ref=draft,
+        registry_url=registry,
+        num_speculative_tokens=k,
+        streams=streams,
+        max_tokens=max_tokens,
+        single_stream_requests=single_requests,
+        multi_stream_requests=multi_requests,
+        include_undistilled=undistilled,
+        lossless_requests=lossless_requests,
+        results_dir=results_dir,
+    )
+
+
 def main() -> None:
-    """Stand-alone entry point (``python -m distill.cli``) until the shared CLI registers the command."""
-    typer.run(distill_command)
+    """Stand-alone entry point (``python -m distill.cli [distill|bench-fast]``) beside the shared CLI."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("distill")(distill_command)
+    app.command("bench-fast")(fast_bench_command)
+    app()
 
 
 if __name__ == "__main__":
