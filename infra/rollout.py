@@ -184,7 +184,13 @@ def _by_release_label() -> dict[ReleaseName, dict[str, str]]:
 class MetricsConfig(_Strict):
     """Where and what the controller reads from the gateway's Prometheus ``/metrics``."""
 
-    url: str = Field("http://127.0.0.1:8000/metrics", description="Prometheus text endpoint to scrape.")
+    urls: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000/metrics"],
+        min_length=1,
+        description="Prometheus text endpoints, summed: list every node's metrics export when Ray metrics are "
+        "per node (several ingress replicas), so a scrape never sees only part of the counters. A single "
+        "string is accepted.",
+    )
     timeout_seconds: float = Field(5.0, gt=0)
     requests: str = Field("tandem_requests_total", description="Counter of finished requests.")
     errors: str = Field("tandem_request_errors_total", description="Counter of failed requests (5xx).")
@@ -200,6 +206,11 @@ class MetricsConfig(_Strict):
         None,
         description="Labels that pick each release's fast-tier engine samples; default: release_selectors.",
     )
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _both_releases(self) -> MetricsConfig:

@@ -57,7 +57,9 @@ def start_command(
     state_dir: Path = STATE_DIR,
     registry: str | None = REGISTRY,
     poll_interval: float = typer.Option(30.0, "--poll-interval", min=0.01, help="Seconds between decisions."),
-    metrics_url: str | None = typer.Option(None, "--metrics-url", help="Override metrics.url."),
+    metrics_url: list[str] | None = typer.Option(
+        None, "--metrics-url", help="Override metrics.urls (repeat for several endpoints, summed)."
+    ),
     max_ticks: int | None = typer.Option(None, "--max-ticks", min=1, help="Stop after this many decisions."),
 ) -> None:
     """Start (or resume) the rollout and drive it until promoted, rolled back or refused by the gate."""
@@ -67,7 +69,7 @@ def start_command(
         if not held:
             raise RolloutError(f"{state_dir}: another controller is running this rollout")
         controller = open_controller(
-            rollout, state_dir, registry=open_registry(registry), metrics_url=metrics_url
+            rollout, state_dir, registry=open_registry(registry), metrics_urls=metrics_url
         )
         state = controller.run(poll_interval, max_ticks=max_ticks)
     _print_state(state, state_dir)

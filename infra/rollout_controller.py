@@ -89,15 +89,19 @@ class PrometheusMetricsSource:
     def snapshot(self) -> MetricsSnapshot:
         from prometheus_client.parser import text_string_to_metric_families
 
-        try:
-            response = httpx.get(self.config.url, timeout=self.config.timeout_seconds)
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise RolloutError(f"cannot scrape {self.config.url}: {exc}") from exc
-        try:
-            samples = [s for family in text_string_to_metric_families(response.text) for s in family.samples]
-        except ValueError as exc:
-            raise RolloutError(f"{self.config.url}: not Prometheus text: {exc}") from exc
+        samples: list[Any] = []
+        for url in self.config.urls:
+            try:
+                response = httpx.get(url, timeout=self.config.timeout_seconds)
+                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise RolloutError(f"cannot scrape {url}: {exc}") from exc
+            try:
+                samples += [
+                    s for family in text_string_to_metric_families(response.text) for s in family.samples
+                ]
+            except ValueError as exc:
+                raise RolloutError(f"{url}: not Prometheus text: {exc}") from exc
         releases = {release: self._counters(samples, release) for release in RELEASES}
         return MetricsSnapshot(taken_at=self.clock(), releases=releases)
 
@@ -239,6 +243,7 @@ class RolloutState(BaseModel):
     draining_since: float | None = None
     metric_failures: int = 0
     reason: str = ""
+    finished_at: float | None = None
     report_ref: str | None = None
     updated_at: float = 0
 
@@ -423,7 +428,7 @@ class RolloutController:
             self._analyse()
         elif phase in (RolloutPhase.ROLLING_BACK, RolloutPhase.PROMOTING):
             self._finish_exit()
-        if self.state.terminal and self.state.report_ref is None:
+        if self.state.terminal:
             self._finish()
         self._save()
         return self.state
@@ -523,30 +528,27 @@ class RolloutController:
         self._audit("removed", f"{removed} removed after {self.config.rollback.drain_seconds:g}s at weight 0")
 
     def _finish(self) -> None:
-        """Publish the audit log and final state to the registry as a ``report`` artifact (once)."""
-        self._audit("finished", f"rollout ended {self.state.phase.value}: {self.state.reason}")
-        self._save()
+        """Record the end once, then publish the audit log and final state as a ``report`` artifact (once)."""
+        if self.state.finished_at is None:
+            self.state.finished_at = self.clock()
+            self._audit("finished", f"rollout ended {self.state.phase.value}: {self.state.reason}")
+            self._save()
+        if self.state.report_ref is not None:
+            return
         if self.registry is None:
             log.warning("rollout.report id=%s published=false reason=no-registry", self.state.rollout_id)
             return
         name, version = f"rollout-{self.config.name}", self.state.rollout_id
         parents = [ref for spec in self.releases.values() for ref in (spec.model, spec.draft) if ref]
+        lineage = Lineage(
+            parents=parents, produced_by="tandem rollout", config=self.config.model_dump(mode="json")
+        )
         with tempfile.TemporaryDirectory() as staging:
             shutil.copy2(self.audit_path, Path(staging) / AUDIT_FILE)
             shutil.copy2(self.state_dir / STATE_FILE, Path(staging) / STATE_FILE)
             try:
-                self.registry.publish(
-                    Path(staging),
-                    name,
-                    version,
-                    kind="report",
-                    lineage=Lineage(
-                        parents=parents,
-                        produced_by="tandem rollout",
-                        config=self.config.model_dump(mode="json"),
-                    ),
-                    metadata={"phase": self.state.phase.value, "reason": self.state.reason},
-                )
+                self.registry.publish(Path(staging), name, version, kind="report", lineage=lineage,
+                                      metadata={"phase": self.state.phase.value, "reason": self.state.reason})  # fmt: skip
             except ArtifactExists:
                 pass  # published before a restart: the version is immutable and already complete
         self.state.report_ref = f"{name}@{version}"
@@ -575,10 +577,12 @@ def open_controller(
     state_dir: Path,
     *,
     registry: Registry | None = None,
-    metrics_url: str | None = None,
+    metrics_urls: list[str] | None = None,
 ) -> RolloutController:
     """A controller wired to the real world: weights file for the ingress, /metrics, configured commands."""
-    metrics_config = config.metrics.model_copy(update={"url": metrics_url}) if metrics_url else config.metrics
+    metrics_config = (
+        config.metrics.model_copy(update={"urls": metrics_urls}) if metrics_urls else config.metrics
+    )
     releases: dict[ReleaseName, ReleaseSpec] = {"stable": config.stable, "candidate": config.candidate}
     return RolloutController(
         config,

@@ -342,6 +342,19 @@ def test_abort_while_pending_deploys_nothing(tmp_path: Path) -> None:
     assert controller.abort("changed our minds").phase is RolloutPhase.ABORTED
     assert world.splitter.history == [] and world.deployer.events == []
     assert controller.state.report_ref is not None
+    world.controller().tick()  # a restarted controller over an ended rollout changes nothing
+    assert decisions(controller) == ["abort", "finished"]
+
+
+def test_report_is_published_once_the_registry_is_back(tmp_path: Path) -> None:
+    world = make_world(tmp_path, Quality(), verdict="FAIL")
+    controller = world.controller()
+    controller.registry = None  # e.g. S3 unreachable: the end is recorded, the report waits
+    assert controller.tick().phase is RolloutPhase.GATE_FAILED and controller.state.report_ref is None
+    again = world.controller()
+    assert again.tick().report_ref is not None
+    assert decisions(again).count("finished") == 1
+    assert world.registry.manifest(again.state.report_ref).metadata["phase"] == "gate_failed"
 
 
 def test_state_file_is_whole_json_after_every_tick(tmp_path: Path) -> None:

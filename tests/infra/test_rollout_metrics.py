@@ -150,7 +150,7 @@ def test_window_metrics_are_deltas_and_survive_a_counter_reset() -> None:
 def test_prometheus_source_scrapes_per_release_windows(gateway_server: tuple[SimulatedGateway, str]) -> None:
     gateway, url = gateway_server
     config = MetricsConfig(
-        url=url,
+        urls=url,
         acceptance_selectors={"stable": {"model_name": "tandem-fast"},
                               "candidate": {"model_name": "tandem-fast-candidate"}},
     )  # fmt: skip
@@ -176,10 +176,18 @@ def test_prometheus_source_scrapes_per_release_windows(gateway_server: tuple[Sim
     assert stable.acceptance_rate == pytest.approx(0.8) and candidate.acceptance_rate == pytest.approx(0.5)
 
 
+def test_prometheus_source_sums_several_endpoints(gateway_server: tuple[SimulatedGateway, str]) -> None:
+    gateway, url = gateway_server
+    gateway.serve("candidate", "standard", 70, 7, 0.3, 0.02, 0.0)
+    one = PrometheusMetricsSource(MetricsConfig(urls=url)).snapshot().releases["candidate"]
+    both = PrometheusMetricsSource(MetricsConfig(urls=[url, url])).snapshot().releases["candidate"]
+    assert (one.requests, both.requests, both.errors, both.ttft.count) == (70, 140, 14, 140)
+
+
 def test_prometheus_source_errors_name_the_url(gateway_server: tuple[SimulatedGateway, str]) -> None:
     _, url = gateway_server
     with pytest.raises(RolloutError, match=r"cannot scrape .*/nope"):
-        PrometheusMetricsSource(MetricsConfig(url=url.replace("/metrics", "/nope"))).snapshot()
+        PrometheusMetricsSource(MetricsConfig(urls=[url, url.replace("/metrics", "/nope")])).snapshot()
 
 
 def test_file_splitter_and_command_deployer(tmp_path: Path) -> None:
@@ -211,7 +219,7 @@ def _cli_config(tmp_path: Path, url: str, verdict: str = "PASS") -> Path:
         "analysis": {"error_rate": {"max": 0.05}},
         "rollback": {"min_requests": 10, "drain_seconds": 0},
         "traffic": {"salt": "s", "weights_file": str(tmp_path / "weights.json")},
-        "metrics": {"url": url},
+        "metrics": {"urls": [url]},
         "deployment": {"deploy": ["sh", "-c", f"echo deploy {{release}} >> {tmp_path / 'deploy.log'}"],
                        "remove": ["sh", "-c", f"echo remove {{release}} >> {tmp_path / 'deploy.log'}"]},
     }  # fmt: skip
