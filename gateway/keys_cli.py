@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
 from gateway.keys import TIERS, SQLKeyStore, open_key_store
-from gateway.policy import default_key_store_url
+from gateway.policy import GatewayPolicy
+from infra.config import load_model_file
 from infra.errors import ConfigError
 
 console = Console()
@@ -23,13 +26,40 @@ StoreOption = Annotated[
     typer.Option(
         "--store",
         envvar="TANDEM_KEY_STORE",
-        help="Key store: a SQLite path or a postgresql:// URL (default $TANDEM_HOME/gateway.db).",
+        help="Key store: a SQLite path or a postgresql:// URL (default: the config's gateway.auth.key_store, "
+        "else $TANDEM_HOME/gateway.db).",
+    ),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Tandem YAML whose gateway.auth.key_store to use (default: infra/tandem.yaml)."
     ),
 ]
 
 
-def _store(url: str | None) -> SQLKeyStore:
-    return open_key_store(url or default_key_store_url())
+class _GatewaySection(BaseModel):
+    """Only the ``gateway:`` section of a Tandem config; the rest belongs to ``tandem serve``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
+
+
+def key_store_url(store: str | None, config: Path | None) -> str:
+    """An explicit store (flag or $TANDEM_KEY_STORE), else the config file's, else the default file."""
+    if store:
+        return store
+    if config is None:
+        from gateway.config import DEFAULT_CONFIG_PATH
+
+        config = DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+    section = load_model_file(config, _GatewaySection) if config is not None else _GatewaySection()
+    return section.gateway.auth.key_store_url()
+
+
+def _store(url: str | None, config: Path | None) -> SQLKeyStore:
+    return open_key_store(key_store_url(url, config))
 
 
 @keys_app.command("create")
@@ -54,12 +84,13 @@ def create_command(
         float | None, typer.Option("--expires-in-days", min=0, help="Expire after this many days.")
     ] = None,
     store: StoreOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
     if no_tools and tool:
         raise ConfigError("--no-tools and --tool exclude each other")
     expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days is not None else None
-    key_store = _store(store)
+    key_store = _store(store, config)
     try:
         created = key_store.create(
             name,
@@ -83,10 +114,11 @@ def create_command(
 @keys_app.command("list")
 def list_command(
     store: StoreOption = None,
+    config: ConfigOption = None,
     active: Annotated[bool, typer.Option("--active", help="Hide revoked keys.")] = False,
 ) -> None:
     """List keys (ids and settings, never the keys themselves)."""
-    key_store = _store(store)
+    key_store = _store(store, config)
     try:
         records = key_store.list(include_revoked=not active)
     finally:
@@ -114,9 +146,10 @@ def list_command(
 def revoke_command(
     key: Annotated[str, typer.Argument(help="Key id (tk-xxxxxxxx) or name.")],
     store: StoreOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Revoke a key; requests with it get 401 from then on."""
-    key_store = _store(store)
+    key_store = _store(store, config)
     try:
         record = key_store.revoke(key)
     finally:

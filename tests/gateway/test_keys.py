@@ -23,7 +23,7 @@ from gateway.keys import (
     hash_key,
     open_key_store,
 )
-from gateway.keys_cli import keys_app
+from gateway.keys_cli import key_store_url, keys_app
 from gateway.policy import AuthPolicy, GatewayPolicy, is_loopback
 from infra.errors import ConfigError
 
@@ -236,3 +236,24 @@ def test_keys_cli_create_list_revoke(tmp_path: Path) -> None:
 
     duplicate = runner.invoke(keys_app, ["create", "bench", "--store", store])
     assert duplicate.exit_code != 0 and isinstance(duplicate.exception, KeyExists)
+
+
+def test_cli_store_comes_from_flag_then_config_then_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    config = tmp_path / "tandem.yaml"
+    config.write_text(f"model: x\ngateway:\n  auth:\n    key_store: {tmp_path / 'from-config.db'}\n")
+    assert key_store_url("postgresql://db/keys", config) == "postgresql://db/keys"
+    assert key_store_url(None, config) == str(tmp_path / "from-config.db")
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("model: x\n")
+    assert key_store_url(None, bare) == str(tmp_path / "home" / "gateway.db")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("gateway:\n  auth:\n    mode: sometimes\n")
+    with pytest.raises(ConfigError, match=r"gateway\.auth\.mode"):
+        key_store_url(None, broken)
+    runner = CliRunner()
+    created = runner.invoke(keys_app, ["create", "via-config", "--config", str(config)])
+    assert created.exit_code == 0, created.output
+    assert (tmp_path / "from-config.db").is_file()
