@@ -31,12 +31,6 @@ class RolloutError(TandemError):
     """A rollout cannot start or continue (bad gate report, corrupt state, refused transition)."""
 
 
-class GateNotPassed(RolloutError):
-    """The eval gate report does not say "pass"; no traffic moves to the candidate."""
-
-    exit_code = 1
-
-
 # ---------------------------------------------------------------------------------------------- split
 def assign_release(sticky_key: str, candidate_weight: int, salt: str) -> ReleaseName:
     """The release a request goes to: ``sha256(salt + key) mod 100 < candidate_weight`` -> candidate.
@@ -175,6 +169,37 @@ class TrafficConfig(_Strict):
         Path("rollout-state/weights.json"),
         description="Where the controller publishes weights for the ingress.",
     )
+
+
+class TrafficWeights(BaseModel):
+    """The weights file the controller publishes and the ingress reads (``traffic.weights_file``)."""
+
+    stable: int = Field(100, ge=0, le=100)
+    candidate: int = Field(0, ge=0, le=100)
+    salt: str = "tandem"
+    releases: dict[ReleaseName, ReleaseSpec] = Field(default_factory=dict)
+    updated_at: str = ""
+
+    @model_validator(mode="after")
+    def _sum_to_100(self) -> TrafficWeights:
+        if self.stable + self.candidate != 100:
+            raise ValueError(f"stable + candidate must be 100, got {self.stable} + {self.candidate}")
+        return self
+
+    def release_for(self, sticky_key: str) -> ReleaseName:
+        """The release one API key or session id is routed to under these weights."""
+        return assign_release(sticky_key, self.candidate, self.salt)
+
+
+def load_traffic_weights(path: Path) -> TrafficWeights:
+    """The published weights; everything on stable while no rollout has published any."""
+    path = Path(path)
+    if not path.is_file():
+        return TrafficWeights()
+    try:
+        return TrafficWeights.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RolloutError(f"{path}: unreadable traffic weights: {exc}") from exc
 
 
 def _by_release_label() -> dict[ReleaseName, dict[str, str]]:

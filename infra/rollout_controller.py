@@ -41,6 +41,7 @@ from infra.rollout import (
     ReleaseSpec,
     RolloutConfig,
     RolloutError,
+    TrafficWeights,
     evaluate_analysis,
     read_gate_verdict,
     window_metrics,
@@ -141,10 +142,10 @@ class TrafficSplitter(Protocol):
 
 
 class FileTrafficSplitter:
-    """Publishes the weights as JSON for the ingress: ``{"stable", "candidate", "salt", "releases", ...}``.
+    """Publishes :class:`~infra.rollout.TrafficWeights` as JSON, atomically, for the ingress to read.
 
-    The ingress re-reads the file when its mtime changes and routes with
-    ``assign_release(key, weights["candidate"], weights["salt"])``. Written atomically.
+    The ingress re-reads the file when its mtime changes (``load_traffic_weights``) and routes each request
+    with ``weights.release_for(api_key or session_id)``.
     """
 
     def __init__(self, path: Path, salt: str, releases: dict[ReleaseName, ReleaseSpec]) -> None:
@@ -153,17 +154,14 @@ class FileTrafficSplitter:
         self.releases = releases
 
     def set_weights(self, weights: dict[ReleaseName, int]) -> None:
-        document: dict[str, Any] = {
-            "stable": weights["stable"],
-            "candidate": weights["candidate"],
-            "salt": self.salt,
-            "releases": {name: spec.model_dump() for name, spec in self.releases.items()},
-            "updated_at": datetime.now(UTC).isoformat(),
-        }
-        atomic_write_text(self.path, json.dumps(document, indent=2) + "\n")
-
-    def read(self) -> dict[str, Any]:
-        return dict(json.loads(self.path.read_text()))
+        published = TrafficWeights(
+            stable=weights["stable"],
+            candidate=weights["candidate"],
+            salt=self.salt,
+            releases=self.releases,
+            updated_at=datetime.now(UTC).isoformat(),
+        )
+        atomic_write_text(self.path, published.model_dump_json(indent=2) + "\n")
 
 
 class Deployer(Protocol):

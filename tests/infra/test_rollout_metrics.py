@@ -23,7 +23,9 @@ from infra.rollout import (
     ReleaseCounters,
     ReleaseSpec,
     RolloutError,
+    assign_release,
     histogram_quantile,
+    load_traffic_weights,
     window_metrics,
 )
 from infra.rollout_cli import rollout_app
@@ -193,10 +195,16 @@ def test_prometheus_source_errors_name_the_url(gateway_server: tuple[SimulatedGa
 def test_file_splitter_and_command_deployer(tmp_path: Path) -> None:
     releases = {"stable": ReleaseSpec(model="m@v1"), "candidate": ReleaseSpec(model="m@v2", draft="d@v2")}
     splitter = FileTrafficSplitter(tmp_path / "w" / "weights.json", "salt-1", releases)  # type: ignore[arg-type]
+    assert load_traffic_weights(splitter.path).candidate == 0  # nothing published yet: all on stable
     splitter.set_weights({"stable": 90, "candidate": 10})
-    published = splitter.read()
-    assert (published["stable"], published["candidate"], published["salt"]) == (90, 10, "salt-1")
-    assert published["releases"]["candidate"] == {"model": "m@v2", "draft": "d@v2"}
+    published = load_traffic_weights(splitter.path)
+    assert (published.stable, published.candidate, published.salt) == (90, 10, "salt-1")
+    assert published.releases["candidate"] == ReleaseSpec(model="m@v2", draft="d@v2")
+    keys = [f"key-{i}" for i in range(200)]
+    assert [published.release_for(k) for k in keys] == [assign_release(k, 10, "salt-1") for k in keys]
+    splitter.path.write_text('{"stable": 90, "candidate": 20}')
+    with pytest.raises(RolloutError, match="must be 100"):
+        load_traffic_weights(splitter.path)
 
     log = tmp_path / "deploy.log"
     deployer = CommandDeployer(["sh", "-c", f"echo deploy {{release}} {{model}} {{draft}} >> {log}"],
