@@ -24,13 +24,20 @@ def eval_command(
     rotation_key: str = typer.Option("r0", "--rotation-key", help="Changes the test split's instances."),
     max_samples: int = typer.Option(4, "--max-samples", min=1, help="Samples run concurrently."),
 ) -> None:
-    """Run the eval suite against a model and write Inspect logs."""
+    """Run the eval suite against a model and write Inspect logs; exit 1 if any task did not complete."""
     from evalsuite.runner import run_eval
 
     paths = run_eval(model, [f.strip() for f in families.split(",") if f.strip()], split, limit, base_url,
                      log_dir, seed, difficulty, rotation_key, max_samples)  # fmt: skip
+    from inspect_ai.log import read_eval_log
+
+    failed = 0
     for path in paths:
-        console.print(f"log: {path}")
+        status = read_eval_log(str(path), header_only=True).status
+        failed += status != "success"
+        console.print(f"{'[green]' if status == 'success' else '[red]'}{status}[/] log: {path}")
+    if failed:
+        raise typer.Exit(code=1)
 
 
 def gate_command(

@@ -9,6 +9,7 @@ from evalsuite_oracles import agent_policy, documents_policy, terminal_policy
 from inspect_ai import eval as inspect_eval
 from inspect_ai.model import get_model
 
+from evalsuite.gate import read_outcomes
 from evalsuite.generators import generate_instances
 from evalsuite.sandbox import bwrap_available
 from evalsuite.tasks import agent, documents, terminal
@@ -57,3 +58,5 @@ def test_terminal_scorer_in_bwrap(solve: bool, tmp_path: Path) -> None:
     instances = generate_instances("terminal", "test", 5)
     scores = run_task(terminal(n=5), terminal_policy(instances, solve), tmp_path)
     assert len(scores) == 5 and all(s["correct"] is solve for s in scores)
+    outcomes = read_outcomes(tmp_path)  # the log (with its bwrap sandbox config) reads back for the gate
+    assert len(outcomes) == 5 and all(o.correct is solve and o.family == "terminal" for o in outcomes)
