@@ -44,6 +44,11 @@ class EngineConfig(BaseModel):
     max_num_seqs: int = Field(32, ge=1, description="Most sequences batched together per engine step.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica (CUDA only).")
     seed: int = Field(0, description="Engine seed; per-request `seed` still wins.")
+    tool_call_parser: str | None = Field(
+        "hermes",
+        description="vLLM tool-call parser for `tool_choice: auto` requests (None disables tool calling); "
+        "'hermes' reads the <tool_call>{json}</tool_call> format.",
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to vLLM's engine args.")
 
 
@@ -178,6 +183,10 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
         "tensor_parallel_size": engine.tensor_parallel_size,
         "seed": engine.seed,
     }
+    if engine.tool_call_parser:
+        # Frontend arguments: Ray Serve LLM routes these to vLLM's OpenAI layer, not the engine.
+        kwargs["enable_auto_tool_choice"] = True
+        kwargs["tool_call_parser"] = engine.tool_call_parser
     if resolved.speculative_method == "ngram":
         spec = resolved.config.speculative
         assert spec is not None
