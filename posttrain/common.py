@@ -1,0 +1,143 @@
+"""Pieces the three trainers share: model loading, TRL argument defaults, held-out measurement, and the
+end-of-run bookkeeping (trace seal, curves, candidate export)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from evalsuite.schema import TaskInstance
+from posttrain.checkpoints import config_digest
+from posttrain.config import _RunConfig
+from posttrain.evaluation import HeldOutReport, measure_held_out
+from posttrain.pool import TaskPool
+from posttrain.run import (
+    CandidateResult,
+    open_output_registry,
+    publish_candidate,
+    resolve_base,
+    run_directory,
+    save_curves,
+    write_json,
+)
+from posttrain.trace import TraceWriter
+
+log = logging.getLogger(__name__)
+
+
+class StageContext:
+    """Resolved inputs of one stage run: base weights, run dir, pool, trace, registry."""
+
+    def __init__(self, config: _RunConfig, stage: str, instances: list[TaskInstance] | None = None) -> None:
+        self.config = config
+        self.stage = stage
+        self.registry = open_output_registry(config.output)
+        self.base_dir = resolve_base(config.base, self.registry)
+        self.run_dir = run_directory(config.output, stage)
+        self.pool = TaskPool(config.pool, instances)
+        self.trace = TraceWriter(self.run_dir)
+        self.digest = config_digest(config)
+        write_json(self.run_dir / "config.json", config.model_dump(mode="json"))
+
+    def load_tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.base_dir)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return tokenizer
+
+    def load_model(self) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        dtype = torch.float32 if self.config.train.dtype == "float32" else torch.bfloat16
+        return AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=dtype)
+
+    def peft_config(self) -> Any:
+        if not self.config.train.lora:
+            return None
+        from peft import LoraConfig
+
+        rank = self.config.train.lora_rank
+        return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
+
+    def trainer_args(self) -> dict[str, Any]:
+        train = self.config.train
+        return {
+            "output_dir": str(self.run_dir),
+            "max_steps": train.max_steps,
+            "learning_rate": train.learning_rate,
+            "per_device_train_batch_size": train.batch_size,
+            "gradient_accumulation_steps": train.gradient_accumulation_steps,
+            "max_grad_norm": self.config.guards.max_grad_norm,
+            "logging_steps": train.logging_steps,
+            "save_steps": train.save_steps,
+            "save_total_limit": 3,
+            "seed": train.seed,
+            "report_to": "none",
+            "use_cpu": True,
+            "bf16": train.dtype == "bfloat16",
+            "dataloader_num_workers": 0,
+        }
+
+    def held_out(self, model: Any, tokenizer: Any) -> HeldOutReport:
+        return measure_held_out(model, tokenizer, self.config.eval, list(self.config.pool.families))
+
+    def finish(
+        self,
+        trainer: Any,
+        tokenizer: Any,
+        history: list[dict[str, float]],
+        metrics: dict[str, Any],
+    ) -> CandidateResult:
+        """Save the final model, seal the trace, draw curves and publish the candidate."""
+        model = trainer.model
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model_dir = self.run_dir / "candidate"
+        model.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        self.trace.seal()
+        write_json(self.run_dir / "history.json", history)
+        save_curves(history, self.run_dir / "curves.png", f"tandem posttrain {self.stage}")
+        write_json(self.run_dir / "metrics.json", metrics)
+        candidate_ref = run_ref = None
+        if self.config.output.publish:
+            candidate_ref, run_ref = publish_candidate(
+                self.config.output,
+                self.registry,
+                self.stage,
+                model_dir,
+                self.run_dir,
+                self.config.base,
+                self.config,
+                self.pool.task_set(),
+                metrics,
+            )
+        return CandidateResult(
+            stage=self.stage,
+            model_dir=str(model_dir),
+            run_dir=str(self.run_dir),
+            candidate_ref=candidate_ref,
+            run_ref=run_ref,
+            metrics=metrics,
+        )
+
+
+def before_after(before: HeldOutReport | None, after: HeldOutReport | None) -> dict[str, Any]:
+    if before is None or after is None:
+        return {}
+    return {
+        "held_out_split": after.split,
+        "held_out_seed": after.seed,
+        "held_out_n": after.n,
+        "pass_rate_before": before.pass_rate,
+        "pass_rate_after": after.pass_rate,
+        "pass_rate_delta": {f: after.pass_rate[f] - before.pass_rate.get(f, 0.0) for f in after.pass_rate},
+    }
+
+
+def history_path(run_dir: Path) -> Path:
+    return run_dir / "history.json"

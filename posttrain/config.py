@@ -1,0 +1,173 @@
+"""Every tunable of the post-training loops, one typed config per stage (TRL style: documented fields)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsuite.schema import Difficulty, Family
+
+SUPPORTED_FAMILIES: tuple[Family, ...] = ("documents", "terminal")
+
+
+class TaskPoolConfig(BaseModel):
+    """Which generated train-split tasks the policy practises on, and how the curriculum moves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    families: list[Family] = Field(
+        default_factory=lambda: list[Family](["documents"]), description="Task families to train."
+    )
+    quotas: dict[str, float] = Field(
+        default_factory=dict,
+        description="Share of samples per family; missing families share the rest equally (balanced mixture).",
+    )
+    instances_per_family: int = Field(
+        default=64, ge=1, description="Train-split instances generated per family."
+    )
+    seed: int = Field(default=0, description="Generator seed of the train pool (recorded in lineage).")
+    start_tier: Difficulty = Field(default="easy", description="Difficulty tier the curriculum starts at.")
+    promote_pass_rate: float = Field(
+        default=0.7, ge=0.0, le=1.0, description="Family pass rate on its tier that moves it up a tier."
+    )
+    min_attempts_to_promote: int = Field(
+        default=8, ge=1, description="Graded attempts needed before promotion."
+    )
+    tiers: bool = Field(default=True, description="Use difficulty tiers; False samples every difficulty.")
+
+
+class RewardConfig(BaseModel):
+    """How verifier verdicts become a scalar reward in [0, 1] (outcome first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    correct_weight: float = Field(default=0.7, ge=0.0, description="Weight of the verifier's `correct` flag.")
+    score_weight: float = Field(default=0.2, ge=0.0, description="Weight of the verifier's partial score.")
+    protocol_weight: float = Field(default=0.1, ge=0.0, description="Weight of format/protocol compliance.")
+    length_penalty: float = Field(
+        default=0.05, ge=0.0, description="Subtracted times the completion's fraction of its length budget."
+    )
+
+
+class EvalConfig(BaseModel):
+    """Held-out measurement: greedy decoding on a split the policy never trains on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: Literal["dev", "test"] = Field(default="dev", description="Held-out split used during training.")
+    n_per_family: int = Field(default=16, ge=1, description="Held-out instances per family.")
+    seed: int = Field(default=1, description="Generator seed of the held-out set.")
+    max_new_tokens: int = Field(default=64, ge=1, description="Greedy decoding budget per held-out prompt.")
+
+
+class GuardConfig(BaseModel):
+    """Stability and reward-hacking guards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_grad_norm: float = Field(default=1.0, gt=0.0, description="Gradient clipping norm.")
+    spike_factor: float = Field(
+        default=5.0, gt=1.0, description="A loss or grad-norm above this times its running median is a spike."
+    )
+    spike_floor: float = Field(
+        default=1.0, ge=0.0, description="Medians below this count as this much (GRPO losses hover near 0)."
+    )
+    spike_window: int = Field(default=8, ge=2, description="Recent steps in the running median.")
+    spike_min_history: int = Field(default=3, ge=1, description="Steps observed before spikes are judged.")
+    max_rollbacks: int = Field(
+        default=2, ge=0, description="Rollbacks allowed before the run is declared diverged."
+    )
+    entropy_floor: float = Field(
+        default=0.05, ge=0.0, description="Mean policy entropy (nats) that raises an alert."
+    )
+    canary_every: int = Field(
+        default=0, ge=0, description="Steps between held-out canary checks; 0 disables."
+    )
+    canary_patience: int = Field(
+        default=2, ge=1, description="Consecutive checks with reward up and held-out down that stop the run."
+    )
+
+
+class TrainConfig(BaseModel):
+    """Optimisation settings shared by every stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(default=50, ge=1, description="Optimizer steps.")
+    learning_rate: float = Field(default=2e-5, gt=0.0, description="Peak learning rate.")
+    batch_size: int = Field(default=4, ge=1, description="Per-device batch size.")
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    max_length: int = Field(default=1024, ge=16, description="Token budget of prompt + completion.")
+    time_budget_s: float | None = Field(
+        default=None, gt=0, description="Wall-clock budget of training; stops (and saves) once spent."
+    )
+    save_steps: int = Field(default=10, ge=1, description="Steps between checkpoints.")
+    logging_steps: int = Field(default=1, ge=1, description="Steps between logged metrics.")
+    seed: int = Field(default=0, description="Training seed.")
+    lora: bool = Field(default=False, description="Train LoRA adapters (peft) instead of all weights.")
+    lora_rank: int = Field(default=16, ge=1, description="LoRA rank.")
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Training dtype.")
+
+
+class OutputConfig(BaseModel):
+    """Where the run and its candidate go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str | None = Field(
+        default=None, description="Registry URL; None uses the default file registry."
+    )
+    work_dir: str | None = Field(
+        default=None, description="Run directory (checkpoints, trace); None = temp dir."
+    )
+    candidate_name: str = Field(
+        default="tandem-candidate", description="Registry name of the candidate model."
+    )
+    version: str | None = Field(
+        default=None, description="Candidate version; None derives one from the time."
+    )
+    publish: bool = Field(default=True, description="Publish the candidate and the run to the registry.")
+
+
+class _RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: str = Field(description="Registry ref of the model to start from, e.g. smollm2-135m-instruct@base.")
+    pool: TaskPoolConfig = Field(default_factory=TaskPoolConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    guards: GuardConfig = Field(default_factory=GuardConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    evaluate_before_after: bool = Field(
+        default=True, description="Measure held-out pass rate before and after."
+    )
+
+
+class SFTRunConfig(_RunConfig):
+    """Supervised fine-tuning on generator-made demonstrations of the train split."""
+
+
+class RLRunConfig(_RunConfig):
+    """GRPO with verifier rewards (TRL GRPOTrainer)."""
+
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    num_generations: int = Field(default=4, ge=2, description="Completions per prompt (one GRPO group).")
+    max_completion_length: int = Field(default=48, ge=1, description="Token budget of one completion.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of rollouts.")
+    beta: float = Field(default=0.0, ge=0.0, description="KL coefficient against the reference policy.")
+
+
+class DPORunConfig(_RunConfig):
+    """DPO on verifier-labelled pairs of sampled rollouts (chosen correct, rejected wrong, same prompt)."""
+
+    samples_per_prompt: int = Field(
+        default=4, ge=2, description="Rollouts sampled per prompt to find a pair."
+    )
+    max_completion_length: int = Field(default=48, ge=1, description="Token budget of one sampled rollout.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of rollouts.")
+    beta: float = Field(default=0.1, gt=0.0, description="DPO temperature.")
+    use_reference_demos: bool = Field(
+        default=True,
+        description="When no sampled rollout is correct, use the generator's demonstration as chosen.",
+    )

@@ -1,0 +1,124 @@
+"""GRPO with verifier rewards (TRL GRPOTrainer): the policy samples groups of completions per prompt,
+the eval suite's verifiers score them, the task pool's curriculum decides which prompts come next."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from evalsuite.generators.base import derive_seed
+from evalsuite.schema import TaskInstance
+from posttrain.common import StageContext, before_after
+from posttrain.config import RLRunConfig
+from posttrain.formats import format_for
+from posttrain.guards import train_guarded
+from posttrain.pool import PoolState
+from posttrain.rewards import VerifierReward
+from posttrain.run import CandidateResult
+
+log = logging.getLogger(__name__)
+
+
+def prompt_stream(context: StageContext, seed: int) -> Iterator[dict[str, Any]]:
+    """Endless prompts drawn live from the pool (so the curriculum acts on the next batch)."""
+    for _ in itertools.count():
+        draw = context.pool.state.draws
+        context.pool.state.draws += 1
+        (instance_id,) = context.pool.sample(1, random.Random(derive_seed("rl", seed, draw)))
+        instance = context.pool.instance(instance_id)
+        yield {"prompt": format_for(instance.family).messages(instance), "instance_id": instance_id}
+
+
+def posttrain_rl(
+    config: RLRunConfig,
+    resume: bool = True,
+    instances: list[TaskInstance] | None = None,
+    extra_callbacks: list[Any] | None = None,
+) -> CandidateResult:
+    """GRPO from ``config.base`` on the train pool; publish the candidate with lineage and trace."""
+    from datasets import IterableDataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    context = StageContext(config, "rl", instances)
+    tokenizer = context.load_tokenizer()
+    train = config.train
+    sampling = {
+        "temperature": config.temperature,
+        "max_completion_length": config.max_completion_length,
+        "num_generations": config.num_generations,
+        "top_p": 1.0,
+    }
+    reward = VerifierReward(
+        context.pool,
+        config.reward,
+        context.trace,
+        sampling,
+        config.num_generations,
+        config.max_completion_length,
+    )
+    before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
+
+    def make_trainer(callbacks: list[Any]) -> Any:
+        dataset = IterableDataset.from_generator(
+            prompt_stream, gen_kwargs={"context": context, "seed": train.seed}
+        )
+        args = GRPOConfig(
+            **{
+                **context.trainer_args(),
+                "per_device_train_batch_size": train.batch_size * config.num_generations,
+            },
+            num_generations=config.num_generations,
+            max_completion_length=config.max_completion_length,
+            temperature=config.temperature,
+            beta=config.beta,
+            shuffle_dataset=False,
+            ignore_data_skip=True,
+            disable_dropout=True,
+        )
+        return GRPOTrainer(
+            model=context.load_model(),
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=context.peft_config(),
+            callbacks=callbacks,
+        )
+
+    def held_out(model: Any) -> float:
+        return context.held_out(model, tokenizer).overall
+
+    def restore(pool: dict[str, Any]) -> None:
+        context.pool.state = PoolState.model_validate(pool)
+
+    trainer, guarded = train_guarded(
+        make_trainer,
+        context.run_dir,
+        context.digest,
+        config.guards,
+        context.trace,
+        "rl",
+        state_hooks=(lambda: context.pool.state.model_dump(), restore),
+        held_out=held_out,
+        extra_callbacks=extra_callbacks,
+        resume=resume,
+        time_budget_s=train.time_budget_s,
+    )
+    after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
+    rewards = [row["reward"] for row in guarded.history if "reward" in row]
+    metrics = {
+        "steps": guarded.steps,
+        "rollbacks": guarded.rollbacks,
+        "entropy_alerts": guarded.entropy_alerts,
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "groups_kept": context.pool.state.kept_groups,
+        "groups_dropped": context.pool.state.dropped_groups,
+        "tiers": dict(context.pool.state.tiers),
+        "rollouts_traced": context.trace.count,
+        **before_after(before, after),
+    }
+    return context.finish(trainer, tokenizer, guarded.history, metrics)

@@ -1,0 +1,90 @@
+"""SFT on demonstrations the generators know to be right, mixed across families by quota (TRL SFTTrainer,
+full weights or LoRA)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from evalsuite.schema import TaskInstance
+from posttrain.common import StageContext, before_after
+from posttrain.config import SFTRunConfig
+from posttrain.formats import format_for
+from posttrain.guards import train_guarded
+from posttrain.run import CandidateResult
+from posttrain.trace import RolloutRecord
+
+log = logging.getLogger(__name__)
+
+
+def demonstration_rows(context: StageContext, n: int) -> list[dict[str, Any]]:
+    """``n`` prompt/completion conversations interleaving families by quota; each traced."""
+    rows = []
+    for index, instance_id in enumerate(context.pool.balanced(n)):
+        instance = context.pool.instance(instance_id)
+        rollout = format_for(instance.family)
+        prompt, answer = rollout.messages(instance), rollout.demonstration(instance)
+        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]})
+        if context.trace.count < n:
+            context.trace.write(
+                RolloutRecord(
+                    stage="sft",
+                    policy_version=0,
+                    instance_id=instance_id,
+                    family=instance.family,
+                    difficulty=instance.difficulty,
+                    group=index,
+                    prompt=prompt,
+                    sampling={"source": "demonstration"},
+                    completion=answer,
+                    reward=1.0,
+                    correct=True,
+                )
+            )
+    return rows
+
+
+def posttrain_sft(
+    config: SFTRunConfig, resume: bool = True, instances: list[TaskInstance] | None = None
+) -> CandidateResult:
+    """Fine-tune ``config.base`` on train-split demonstrations; publish a candidate with lineage."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    context = StageContext(config, "sft", instances)
+    tokenizer = context.load_tokenizer()
+    train = config.train
+    rows = demonstration_rows(context, train.max_steps * train.batch_size * train.gradient_accumulation_steps)
+    dataset = Dataset.from_list(rows)
+    before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
+
+    def make_trainer(callbacks: list[Any]) -> Any:
+        args = SFTConfig(**context.trainer_args(), max_length=train.max_length, completion_only_loss=True)
+        return SFTTrainer(
+            model=context.load_model(),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=context.peft_config(),
+            callbacks=callbacks,
+        )
+
+    trainer, guarded = train_guarded(
+        make_trainer,
+        context.run_dir,
+        context.digest,
+        config.guards,
+        context.trace,
+        "sft",
+        resume=resume,
+        time_budget_s=train.time_budget_s,
+    )
+    after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
+    metrics = {
+        "steps": guarded.steps,
+        "rollbacks": guarded.rollbacks,
+        "demonstrations": len(rows),
+        "final_loss": next((r["loss"] for r in reversed(guarded.history) if "loss" in r), None),
+        **before_after(before, after),
+    }
+    return context.finish(trainer, tokenizer, guarded.history, metrics)
