@@ -207,7 +207,11 @@ def _by_release_label() -> dict[ReleaseName, dict[str, str]]:
 
 
 class MetricsConfig(_Strict):
-    """Where and what the controller reads from the gateway's Prometheus ``/metrics``."""
+    """Where and what the controller reads from the gateway's Prometheus ``/metrics``.
+
+    The gateway records ``tandem_*`` with ``ray.util.metrics`` (tagged ``release``, ``tier``); Ray exports
+    application metrics with a ``ray_`` prefix, hence the defaults.
+    """
 
     urls: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000/metrics"],
@@ -217,10 +221,10 @@ class MetricsConfig(_Strict):
         "string is accepted.",
     )
     timeout_seconds: float = Field(5.0, gt=0)
-    requests: str = Field("tandem_requests_total", description="Counter of finished requests.")
-    errors: str = Field("tandem_request_errors_total", description="Counter of failed requests (5xx).")
-    ttft: str = Field("tandem_time_to_first_token_seconds", description="Histogram (base name).")
-    tpot: str = Field("tandem_time_per_output_token_seconds", description="Histogram (base name).")
+    requests: str = Field("ray_tandem_requests_total", description="Counter of finished requests.")
+    errors: str = Field("ray_tandem_request_errors_total", description="Counter of failed requests (5xx).")
+    ttft: str = Field("ray_tandem_time_to_first_token_seconds", description="Histogram (base name).")
+    tpot: str = Field("ray_tandem_time_per_output_token_seconds", description="Histogram (base name).")
     drafted_tokens: str = Field("ray_vllm_spec_decode_num_draft_tokens_total", description="Counter.")
     accepted_tokens: str = Field("ray_vllm_spec_decode_num_accepted_tokens_total", description="Counter.")
     release_selectors: dict[ReleaseName, dict[str, str]] = Field(

@@ -70,11 +70,11 @@ class SimulatedGateway:
                 bad = round(n * self.candidate_errors) if release == "candidate" else 0
                 self.serve(release, "standard", n, bad, 0.3, 0.02, 0.0)
         lines = [
-            "# HELP tandem_requests_total Finished requests.",
-            "# TYPE tandem_requests_total counter",
-            "# TYPE tandem_request_errors_total counter",
-            "# TYPE tandem_time_to_first_token_seconds histogram",
-            "# TYPE tandem_time_per_output_token_seconds histogram",
+            "# HELP ray_tandem_requests_total Finished requests.",
+            "# TYPE ray_tandem_requests_total counter",
+            "# TYPE ray_tandem_request_errors_total counter",
+            "# TYPE ray_tandem_time_to_first_token_seconds histogram",
+            "# TYPE ray_tandem_time_per_output_token_seconds histogram",
             "# TYPE ray_vllm_spec_decode_num_draft_tokens_total counter",
             "# TYPE ray_vllm_spec_decode_num_accepted_tokens_total counter",
             "# TYPE unrelated_gauge gauge",
@@ -83,15 +83,15 @@ class SimulatedGateway:
         with self.lock:
             for (release, tier), s in sorted(self.series.items()):
                 labels = f'release="{release}",tier="{tier}"'
-                lines += [f"tandem_requests_total{{{labels}}} {s['req']}",
-                          f"tandem_request_errors_total{{{labels}}} {s['err']}"]  # fmt: skip
-                lines += [f'tandem_time_to_first_token_seconds_bucket{{{labels},le="{b}"}} {s["ttft"][b]}'
+                lines += [f"ray_tandem_requests_total{{{labels}}} {s['req']}",
+                          f"ray_tandem_request_errors_total{{{labels}}} {s['err']}"]  # fmt: skip
+                lines += [f'ray_tandem_time_to_first_token_seconds_bucket{{{labels},le="{b}"}} {s["ttft"][b]}'
                           for b in BOUNDS]  # fmt: skip
-                lines += [f"tandem_time_to_first_token_seconds_sum{{{labels}}} {s['ttft_sum']}",
-                          f"tandem_time_to_first_token_seconds_count{{{labels}}} {s['req']}",
-                          f'tandem_time_per_output_token_seconds_bucket{{{labels},le="+Inf"}} {s["tpot_n"]}',
-                          f"tandem_time_per_output_token_seconds_sum{{{labels}}} {s['tpot_sum']}",
-                          f"tandem_time_per_output_token_seconds_count{{{labels}}} {s['tpot_n']}"]  # fmt: skip
+                lines += [f"ray_tandem_time_to_first_token_seconds_sum{{{labels}}} {s['ttft_sum']}",
+                          f"ray_tandem_time_to_first_token_seconds_count{{{labels}}} {s['req']}",
+                          f'ray_tandem_time_per_output_token_seconds_bucket{{{labels},le="+Inf"}} {s["tpot_n"]}',
+                          f"ray_tandem_time_per_output_token_seconds_sum{{{labels}}} {s['tpot_sum']}",
+                          f"ray_tandem_time_per_output_token_seconds_count{{{labels}}} {s['tpot_n']}"]  # fmt: skip
                 if tier == "fast":
                     model = "tandem-fast" if release == "stable" else "tandem-fast-candidate"
                     lines += [f'ray_vllm_spec_decode_num_draft_tokens_total{{model_name="{model}"}} {s["drafted"]}',
