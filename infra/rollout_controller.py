@@ -402,13 +402,16 @@ class RolloutController:
         path = self.state_dir / COMMAND_FILE
         if not path.is_file():
             return
-        command = json.loads(path.read_text())
+        text = path.read_text()
         path.unlink()
-        reason = str(command.get("reason") or f"operator {command.get('action')}")
         try:
-            (self.promote if command.get("action") == "promote" else self.abort)(reason)
-        except RolloutError as exc:
-            self._audit("command_refused", str(exc), command=command)
+            command = json.loads(text)
+            action, reason = command["action"], str(command.get("reason") or f"operator {command['action']}")
+            if action not in ("promote", "abort"):
+                raise RolloutError(f"unknown command {action!r}")
+            (self.promote if action == "promote" else self.abort)(reason)
+        except (RolloutError, ValueError, KeyError, TypeError) as exc:
+            self._audit("command_refused", f"{type(exc).__name__}: {exc}", command=text[:500])
 
     # -- the loop -----------------------------------------------------------------------------------
     def tick(self) -> RolloutState:

@@ -328,6 +328,9 @@ def test_operator_promote_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(RolloutError, match="cannot promote a rollout that is pending"):
         controller.promote()
     controller.tick()
+    (world.state_dir / COMMAND_FILE).write_text("{not json")
+    assert controller.tick().phase is RolloutPhase.RUNNING
+    assert "command_refused" in decisions(controller)
     request_command(world.state_dir, "promote", "looks great")
     assert world.drive(controller) is RolloutPhase.PROMOTED
     assert [w["candidate"] for w in world.splitter.history][:2] == [10, 100]
