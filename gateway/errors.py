@@ -110,7 +110,9 @@ async def _on_http_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _on_gateway_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
-    return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+    return error_response(
+        exc.status, exc.message, param=exc.param, code=exc.code, headers=getattr(exc, "headers", None)
+    )
 
 
 async def _on_openai_http_error(_: Request, exc: Exception) -> JSONResponse:

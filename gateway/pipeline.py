@@ -223,6 +223,8 @@ class RequestPipeline:
             guarded = guard.guard_json(payload)
         except GatewayError:
             in_flight.finish(ok=False)
+            # The engine did the work: charge it even though the answer is withheld.
+            await self._settle(reservation, int((guard.usage or {}).get("total_tokens") or 0))
             raise
         usage = guarded.get("usage") or {}
         in_flight.finish(usage.get("completion_tokens"))
@@ -244,7 +246,10 @@ class RequestPipeline:
         try:
             async for piece in guard.guard_sse(source):
                 yield piece
-            ok = True
+            # guard_sse ends a stream with a blocked tool call itself (error event + [DONE]).
+            ok = guard.blocked_tool is None
+            if not ok:
+                trace.set_error(403, "tool_not_allowed")
         except GatewayError as exc:
             trace.set_error(exc.status, exc.code)
             yield f"data: {json.dumps(error_body(exc.status, exc.message, param=exc.param, code=exc.code))}\n\n"

@@ -35,7 +35,7 @@ class EngineConfig(BaseModel):
     )
     max_model_len: int = Field(4096, ge=128, description="Longest prompt + completion, in tokens.")
     gpu_memory_utilization: float = Field(
-        0.1,
+        0.12,
         gt=0.0,
         le=0.98,
         description="On CUDA the GPU memory fraction; on vLLM CPU the fraction of host memory for KV cache.",

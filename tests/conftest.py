@@ -141,7 +141,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
         "engine": {
             "dtype": "float32",
             "max_model_len": 2048,
-            "gpu_memory_utilization": 0.08,
+            "gpu_memory_utilization": 0.12,
             "max_num_seqs": 16,
         },
         "tiers": [
