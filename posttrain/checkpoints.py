@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from infra.manifest import ArtifactManifest, scan_directory
 from infra.registry import verify_directory
 from posttrain.errors import CheckpointCorrupted
 
+log = logging.getLogger(__name__)
 STATE_NAME = "posttrain-state.json"
 MANIFEST_NAME = "posttrain-checkpoint.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
@@ -72,14 +74,21 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: Path, expected_digest: str, before_step: int | None = None) -> Path | None:
-    """Newest sealed checkpoint (strictly before ``before_step`` when given); a corrupted newest one raises."""
+    """Newest sealed checkpoint (strictly before ``before_step`` when given).
+
+    An unsealed one (a crash between the trainer's save and our seal) is skipped with a warning; a sealed
+    one that fails verification raises :class:`CheckpointCorrupted` rather than being resumed or skipped.
+    """
     candidates = [
         p for p in checkpoints(run_dir) if before_step is None or int(p.name.split("-")[1]) < before_step
     ]
-    if not candidates:
-        return None
-    load_checkpoint(candidates[-1], expected_digest)
-    return candidates[-1]
+    for candidate in reversed(candidates):
+        if not (candidate / MANIFEST_NAME).is_file():
+            log.warning("event=checkpoint_unsealed path=%s action=skip", candidate)
+            continue
+        load_checkpoint(candidate, expected_digest)
+        return candidate
+    return None
 
 
 def discard_after(run_dir: Path, step: int) -> None:

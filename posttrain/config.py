@@ -155,6 +155,9 @@ class RLRunConfig(_RunConfig):
     num_generations: int = Field(default=4, ge=2, description="Completions per prompt (one GRPO group).")
     max_completion_length: int = Field(default=48, ge=1, description="Token budget of one completion.")
     temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of rollouts.")
+    top_k: int | None = Field(
+        default=None, ge=1, description="Sample among the k likeliest tokens; None = all."
+    )
     beta: float = Field(default=0.0, ge=0.0, description="KL coefficient against the reference policy.")
 
 

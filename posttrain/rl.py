@@ -50,6 +50,7 @@ def posttrain_rl(
         "max_completion_length": config.max_completion_length,
         "num_generations": config.num_generations,
         "top_p": 1.0,
+        "top_k": config.top_k,
     }
     reward = VerifierReward(
         context.pool,
@@ -73,6 +74,7 @@ def posttrain_rl(
             num_generations=config.num_generations,
             max_completion_length=config.max_completion_length,
             temperature=config.temperature,
+            top_k=config.top_k or 0,
             beta=config.beta,
             shuffle_dataset=False,
             ignore_data_skip=True,

@@ -45,7 +45,10 @@ def demonstration_rows(context: StageContext, n: int) -> list[dict[str, Any]]:
 
 
 def posttrain_sft(
-    config: SFTRunConfig, resume: bool = True, instances: list[TaskInstance] | None = None
+    config: SFTRunConfig,
+    resume: bool = True,
+    instances: list[TaskInstance] | None = None,
+    extra_callbacks: list[Any] | None = None,
 ) -> CandidateResult:
     """Fine-tune ``config.base`` on train-split demonstrations; publish a candidate with lineage."""
     from datasets import Dataset
@@ -78,6 +81,7 @@ def posttrain_sft(
         "sft",
         resume=resume,
         time_budget_s=train.time_budget_s,
+        extra_callbacks=extra_callbacks,
     )
     after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
     metrics = {

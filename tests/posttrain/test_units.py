@@ -1,0 +1,151 @@
+"""Fast unit tests: rewards, pool curriculum, formats, traces, checkpoints, spike detector, CLI config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalsuite.generators import generate_instances
+from infra.errors import ConfigError
+from posttrain import (
+    CheckpointCorrupted,
+    RewardConfig,
+    RolloutRecord,
+    TaskPool,
+    TaskPoolConfig,
+    TraceCorrupted,
+    TraceWriter,
+    UnsupportedFamily,
+    combine_reward,
+    format_for,
+    read_trace,
+)
+from posttrain.checkpoints import RunState, load_checkpoint, seal_checkpoint
+from posttrain.guards import RewardHackingCanary, SpikeDetector
+
+
+def test_reward_outcome_first_and_clipped() -> None:
+    config = RewardConfig()
+    right = combine_reward(config, True, 1.0, 1.0, 0.5)
+    wrong_but_formatted = combine_reward(config, False, 0.0, 1.0, 0.0)
+    assert right > 0.9 > 0.2 > wrong_but_formatted > 0
+    assert combine_reward(config, False, 0.0, 0.0, 1.0) == 0.0
+    assert combine_reward(RewardConfig(correct_weight=3.0), True, 1.0, 1.0, 0.0) == 1.0
+
+
+def test_documents_demonstrations_pass_the_verifier_and_wrong_answers_fail() -> None:
+    rollout = format_for("documents")
+    for instance in generate_instances("documents", "train", 8, seed=3):
+        result, protocol = rollout.score(instance, rollout.demonstration(instance))
+        assert result.correct and protocol == 1.0, result.explanation
+        assert rollout.score(instance, "I am not sure.")[0].correct is False
+        # The policy sees only the system instruction and the instance prompt, never the expected dict.
+        shown = json.dumps(rollout.messages(instance))
+        assert "expected" not in shown and "tolerance" not in shown
+
+
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap not installed")
+def test_terminal_reference_script_passes_in_the_sandbox() -> None:
+    rollout = format_for("terminal")
+    (instance,) = generate_instances("terminal", "train", 1, seed=0)
+    assert rollout.score(instance, rollout.demonstration(instance))[0].correct
+    assert not rollout.score(instance, "```bash\ntrue\n```")[0].correct
+    assert rollout.score(instance, "no script here")[1] == 0.0
+
+
+def test_agent_family_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(UnsupportedFamily, match="supported: documents, terminal"):
+        TaskPool(TaskPoolConfig(families=["agent"]))
+
+
+def test_pool_balances_families_drops_degenerate_groups_and_promotes_tiers() -> None:
+    pool = TaskPool(
+        TaskPoolConfig(families=["documents", "terminal"], instances_per_family=12, min_attempts_to_promote=4)
+    )
+    mix = [pool.instance(i).family for i in pool.balanced(10)]
+    assert mix.count("documents") == mix.count("terminal") == 5
+    assert all(pool.instance(i).difficulty == "easy" for i in pool.balanced(10))
+    easy_docs = pool._in_tier("documents")
+    assert pool.record_group(easy_docs[0], [True, False]) is True
+    assert pool.record_group(easy_docs[1], [False, False]) is False
+    assert easy_docs[1] not in pool._eligible("documents")
+    assert pool.state.dropped_groups == 1 and pool.state.kept_groups == 1
+    pool.record_group(easy_docs[2], [True, True, True, True])
+    pool.record_group(easy_docs[3], [True, True, True, True])
+    assert pool.state.tiers["documents"] == "medium"
+    assert pool.state.tiers["terminal"] == "easy"
+
+
+def test_pool_refuses_held_out_instances() -> None:
+    leaked = generate_instances("documents", "test", 1, seed=0)
+    with pytest.raises(Exception, match="train-split instances only"):
+        TaskPool(TaskPoolConfig(families=["documents"]), leaked)
+
+
+def _trace(tmp_path: Path) -> Path:
+    writer = TraceWriter(tmp_path)
+    for step in range(3):
+        writer.write(RolloutRecord(stage="rl", policy_version=step, completion=f"c{step}", reward=0.5))
+    writer.event("rl", 3, type="rollback", to="checkpoint-2")
+    writer.seal()
+    return writer.path
+
+
+def test_trace_roundtrip_and_corruption_refused(tmp_path: Path) -> None:
+    path = _trace(tmp_path)
+    records = read_trace(path)
+    assert [r.policy_version for r in records] == [0, 1, 2, 3] and records[-1].kind == "event"
+    path.write_text(path.read_text().replace('"c1"', '"cX"'))
+    with pytest.raises(TraceCorrupted, match="sha256 does not match"):
+        read_trace(path)
+
+
+def test_trace_with_a_malformed_record_is_refused_even_when_resealed(tmp_path: Path) -> None:
+    path = _trace(tmp_path)
+    with path.open("a") as handle:
+        handle.write('{"stage": "rl"}\n')
+    writer = TraceWriter(tmp_path)
+    writer.seal()
+    with pytest.raises(TraceCorrupted, match="line 5 is not a valid rollout record"):
+        read_trace(path)
+
+
+def test_corrupted_or_foreign_checkpoint_refused(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"weights" * 100)
+    seal_checkpoint(checkpoint, RunState(config_digest="abc", step=2))
+    assert load_checkpoint(checkpoint, "abc").step == 2
+    with pytest.raises(CheckpointCorrupted, match="another configuration"):
+        load_checkpoint(checkpoint, "def")
+    (checkpoint / "model.safetensors").write_bytes(b"weightz" * 100)
+    with pytest.raises(CheckpointCorrupted, match="does not match its sha256"):
+        load_checkpoint(checkpoint, "abc")
+
+
+def test_spike_detector_and_canary() -> None:
+    detector = SpikeDetector(factor=5.0, floor=1.0, window=4, min_history=2)
+    assert detector.observe({"loss": 10.0}) == [] and detector.observe({"loss": 9.0}) == []
+    assert detector.observe({"loss": 500.0})
+    assert detector.series["loss"] == [10.0, 9.0]  # spikes never enter the running median
+    assert detector.observe({"loss": 0.01}) == []
+    canary = RewardHackingCanary(patience=2)
+    assert not canary.observe(0.1, 0.5)
+    assert not canary.observe(0.2, 0.4)
+    assert canary.observe(0.3, 0.3)
+
+
+def test_cli_config_errors_name_the_field(tmp_path: Path) -> None:
+    from posttrain.cli import build_config
+    from posttrain.config import RLRunConfig
+
+    config = build_config(RLRunConfig, None, "m@v", "documents,terminal", {"train": {"max_steps": 3}})
+    assert config.pool.families == ["documents", "terminal"] and config.train.max_steps == 3
+    path = tmp_path / "rl.yaml"
+    path.write_text("train:\n  learning_rate: -1\n")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        build_config(RLRunConfig, path, "m@v", "documents", {})
+    with pytest.raises(ConfigError, match="families"):
+        build_config(RLRunConfig, None, "m@v", "documents,chess", {})
