@@ -10,22 +10,56 @@ from gateway.ingress import GATEWAY_ROUTES, TandemIngress, TierRoute, create_fas
 from infra.registry import Registry, open_registry
 from serving.app import build_serving_app
 from serving.bundled import BUNDLED_REF, publish_bundled_model
-from serving.tiers import ResolvedTier, resolve_tier
+from serving.tiers import ResolvedTier, TierConfig, resolve_tier
 
 log = logging.getLogger(__name__)
 
 
+CANDIDATE_SUFFIX = "-candidate"
+
+
+def candidate_tiers(config: TandemConfig) -> list[TierConfig]:
+    """The candidate release's tiers: the stable tiers' settings with the candidate's weights and draft."""
+    if not config.canary.model:
+        return []
+    tiers = []
+    for tier in config.tiers:
+        update: dict[str, object] = {
+            "model_id": tier.model_id + CANDIDATE_SUFFIX,
+            "aliases": [],
+            "model": config.canary.model,
+        }
+        if tier.speculative is not None:
+            spec = tier.speculative.model_copy(
+                update={
+                    "draft": config.canary.draft,
+                    "method": "draft_model" if config.canary.draft else "auto",
+                }
+            )
+            update["speculative"] = spec
+        tiers.append(tier.model_copy(update=update))
+    return tiers
+
+
 def prepare_release(config: TandemConfig, registry: Registry | None = None) -> list[ResolvedTier]:
-    """Resolve every tier to verified local files; the bundled model is prepared on first use."""
+    """Resolve every tier (stable, then candidate) to verified local files; the bundled model is prepared
+    on first use."""
     registry = registry or open_registry(config.registry)
-    if any(tier.model == BUNDLED_REF for tier in config.tiers):
+    tiers = [*config.tiers, *candidate_tiers(config)]
+    if any(tier.model == BUNDLED_REF for tier in tiers):
         publish_bundled_model(registry)
-    return [resolve_tier(tier, registry) for tier in config.tiers]
+    return [resolve_tier(tier, registry) for tier in tiers]
 
 
 def tier_routes(resolved: list[ResolvedTier]) -> list[TierRoute]:
     return [
-        TierRoute(name=r.config.name, model_id=r.config.model_id, aliases=r.config.aliases, version=r.version)
+        TierRoute(
+            name=r.config.name,
+            model_id=r.config.model_id,
+            aliases=r.config.aliases,
+            version=r.version,
+            release="candidate" if r.config.model_id.endswith(CANDIDATE_SUFFIX) else "stable",
+        )
         for r in resolved
     ]
 
@@ -41,6 +75,7 @@ def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any
             "tiers": [route.model_dump() for route in tier_routes(resolved)],
             "policy": config.gateway.model_dump(mode="json"),
             "host": config.server.host,
+            "weights_file": str(config.canary.weights_file.resolve()),
         },
         ingress_options={"num_replicas": config.server.ingress_replicas},
     )

@@ -36,6 +36,21 @@ class RayConfig(BaseModel):
     )
 
 
+class CanaryConfig(BaseModel):
+    """A candidate release deployed beside the stable one; the rollout controller moves traffic to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="Candidate weights (registry ref); none: no candidate tiers.")
+    draft: str | None = Field(
+        None, description="Candidate fast-tier draft; default: its newest distilled draft."
+    )
+    weights_file: Path = Field(
+        Path("rollout-state/weights.json"),
+        description="Where `tandem rollout` publishes traffic weights (infra/rollout.yaml traffic.weights_file).",
+    )
+
+
 class TandemConfig(BaseModel):
     """Everything ``tandem serve`` needs. Tier fields left unset inherit ``model`` and ``engine`` from here."""
 
@@ -49,6 +64,7 @@ class TandemConfig(BaseModel):
     tiers: list[TierConfig] = Field(default_factory=default_tiers)
     server: ServerConfig = Field(default_factory=ServerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig, description="Optional candidate release.")
     gateway: GatewayPolicy = Field(
         default_factory=GatewayPolicy,
         description="Request bounds, auth, limits, routing, guardrails, telemetry.",

@@ -33,6 +33,7 @@ class TierRoute(BaseModel):
     model_id: str
     aliases: list[str] = []
     version: str = ""
+    release: str = "stable"
 
 
 def create_fastapi_app(policy: GatewayPolicy | None = None) -> FastAPI:
@@ -60,15 +61,18 @@ class TandemIngress(OpenAiIngress):
         tiers: list[dict[str, Any]] | None = None,
         policy: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
+        weights_file: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(llm_deployments, model_cards, **kwargs)
         routes = [TierRoute.model_validate(t) for t in tiers or []] or [
             TierRoute(name="standard", model_id=model_id) for model_id in model_cards
         ]
-        self._routes = {route.name: route for route in routes}
-        targets = [TierTarget(r.name, r.model_id, tuple(r.aliases), r.version) for r in routes]
-        self._pipeline = RequestPipeline(GatewayPolicy.model_validate(policy or {}), targets, host=host)
+        self._routes = {route.model_id: route for route in routes}
+        targets = [TierTarget(r.name, r.model_id, tuple(r.aliases), r.version, r.release) for r in routes]
+        self._pipeline = RequestPipeline(
+            GatewayPolicy.model_validate(policy or {}), targets, host=host, weights_file=weights_file
+        )
         self._http = httpx.AsyncClient(timeout=5.0)
 
     # The public request models subclass Ray's internal ones; FastAPI parses the body from these hints.
@@ -80,12 +84,15 @@ class TandemIngress(OpenAiIngress):
 
     async def model_data(self, model: str) -> Any:
         tier = self._pipeline.requested_tier(model)
-        return await super().model_data(self._routes[tier if tier in self._routes else "standard"].model_id)
+        if model in self._routes:
+            return await super().model_data(model)
+        stable = {r.name: r for r in self._routes.values() if r.release == "stable"}
+        return await super().model_data(stable[tier if tier in stable else "standard"].model_id)
 
     # -- operations ---------------------------------------------------------------------------------
     async def health(self) -> Response:
         """200 when every tier's engine answers its health check, else 503 naming the failing tiers."""
-        routes = {route.model_id: route for route in self._routes.values()}
+        routes = self._routes
 
         async def check(model_id: str) -> str | None:
             try:
@@ -96,7 +103,7 @@ class TandemIngress(OpenAiIngress):
 
         results = await asyncio.gather(*(check(model_id) for model_id in routes))
         tiers = {
-            routes[model_id].name: {
+            _tier_label(routes[model_id]): {
                 "model": model_id,
                 "version": routes[model_id].version,
                 "ok": error is None,
@@ -116,6 +123,10 @@ class TandemIngress(OpenAiIngress):
             return PlainTextResponse("# Ray metrics export is not enabled on this node\n", status_code=503)
         upstream = await self._http.get(url)
         return PlainTextResponse(upstream.text, media_type="text/plain; version=0.0.4")
+
+
+def _tier_label(route: TierRoute) -> str:
+    return route.name if route.release == "stable" else f"{route.name}@{route.release}"
 
 
 def _ray_metrics_url() -> str | None:

@@ -12,12 +12,14 @@ import json
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.bounds import check_bounds
+from gateway.canary import CANDIDATE, SESSION_HEADER, STABLE, ReleaseSplitter, open_release_metrics
 from gateway.errors import GatewayError, ModelNotFound, error_body
 from gateway.guardrails import OutputGuard, Redactor, check_requested_tools
 from gateway.keys import KeyRecord, auth_required, open_key_store
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 TIER_HEADER = "x-tandem-tier"
 VERSION_HEADER = "x-tandem-version"
 REASON_HEADER = "x-tandem-route-reason"
+RELEASE_HEADER = "x-tandem-release"
 AUTO_IDS = ("tandem-auto", "auto")
 DEFAULT_COMPLETION_ESTIMATE = 256  # tokens reserved when a request names no max_tokens
 
@@ -41,6 +44,7 @@ class TierTarget:
     model_id: str
     aliases: tuple[str, ...]
     version: str
+    release: str = STABLE
 
 
 def _engine_failed(exc: BaseException) -> bool:
@@ -50,6 +54,16 @@ def _engine_failed(exc: BaseException) -> bool:
         name in text
         for name in ("EngineDeadError", "ActorDiedError", "ActorUnavailableError", "RayActorError")
     )
+
+
+def _sticky_key(key: KeyRecord | None, request: Request) -> str:
+    """Who a client is for the canary split: its API key, else its session header, else its address."""
+    if key is not None:
+        return key.key_id
+    session = request.headers.get(SESSION_HEADER)
+    if session:
+        return session
+    return request.client.host if request.client else "anonymous"
 
 
 def _estimate_tokens(body: Any) -> int:
@@ -69,13 +83,29 @@ def _estimate_tokens(body: Any) -> int:
 class RequestPipeline:
     """Everything the ingress does around one engine call, configured by a ``GatewayPolicy``."""
 
-    def __init__(self, policy: GatewayPolicy, targets: list[TierTarget], *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        policy: GatewayPolicy,
+        targets: list[TierTarget],
+        *,
+        host: str = "127.0.0.1",
+        weights_file: str | None = None,
+    ) -> None:
         self.policy = policy
-        self.targets = {target.name: target for target in targets}
+        self.targets = {t.name: t for t in targets if t.release == STABLE}
+        self.candidates = {t.name: t for t in targets if t.release == CANDIDATE}
         self.names: dict[str, str] = {}
+        # A candidate's own model ids pin that release (smoke tests before any traffic is split).
+        self.pinned: dict[str, str] = {}
         for target in targets:
             for public in (target.model_id, *target.aliases):
                 self.names[public] = target.name
+                if target.release == CANDIDATE:
+                    self.pinned[public] = CANDIDATE
+        self.splitter = ReleaseSplitter(
+            Path(weights_file) if weights_file else None, has_candidate=bool(self.candidates)
+        )
+        self.release_metrics = open_release_metrics()
         if FAST in self.targets:
             for public in AUTO_IDS:
                 self.names.setdefault(public, AUTO)
@@ -114,6 +144,7 @@ class RequestPipeline:
             requested = self.requested_tier(body.model)
             if key is not None:
                 key.require_tier(requested)
+            release = self.pinned.get(body.model) or self.splitter.release_for(_sticky_key(key, request))
             check_requested_tools(getattr(body, "tools", None), key.tools if key else None)
             if key is not None and self.limiter is not None:
                 reservation = await asyncio.to_thread(self.limiter.check, key, _estimate_tokens(body))
@@ -125,7 +156,7 @@ class RequestPipeline:
             )
             decision = self.router.choose(features, self.stats.snapshot())
             response = await self._call_with_fallback(
-                body, request, call, decision.tier, decision.reason, trace, key, reservation
+                body, request, call, release, decision.tier, decision.reason, trace, key, reservation
             )
         except GatewayError as exc:
             trace.set_error(exc.status, exc.code or type(exc).__name__)
@@ -153,6 +184,7 @@ class RequestPipeline:
         body: Any,
         request: Request,
         call: Callable[[Any, Request], Awaitable[Response]],
+        release: str,
         tier: str,
         reason: str,
         trace: RequestTrace,
@@ -160,7 +192,7 @@ class RequestPipeline:
         reservation: Reservation | None,
     ) -> Response:
         try:
-            return await self._call(body, request, call, tier, reason, trace, key, reservation)
+            return await self._call(body, request, call, release, tier, reason, trace, key, reservation)
         except Exception as exc:
             other = STANDARD if tier == FAST else FAST
             allowed = key is None or key.allows_tier(other)
@@ -168,7 +200,7 @@ class RequestPipeline:
                 raise
             log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(exc)[:200])
             return await self._call(
-                body, request, call, other, f"{tier}_unavailable", trace, key, reservation
+                body, request, call, release, other, f"{tier}_unavailable", trace, key, reservation
             )
 
     async def _call(
@@ -176,13 +208,15 @@ class RequestPipeline:
         body: Any,
         request: Request,
         call: Callable[[Any, Request], Awaitable[Response]],
+        release: str,
         tier: str,
         reason: str,
         trace: RequestTrace,
         key: KeyRecord | None,
         reservation: Reservation | None,
     ) -> Response:
-        target = self.targets[tier]
+        target = (self.candidates if release == CANDIDATE else self.targets).get(tier) or self.targets[tier]
+        release = target.release
         trace.set_route(tier, target.version, reason)
         client_wants_usage = False
         update: dict[str, Any] = {"model": target.model_id}
@@ -207,13 +241,20 @@ class RequestPipeline:
         )
         try:
             response = await call(body, request)
-        except BaseException:
+        except BaseException as exc:
             in_flight.finish(ok=False)
+            status = getattr(exc, "status", None) or getattr(exc, "status_code", None) or 500
+            self._record(release, tier, server_error=int(status) >= 500)
             raise
-        headers = {TIER_HEADER: tier, VERSION_HEADER: target.version, REASON_HEADER: reason}
+        headers = {
+            TIER_HEADER: tier,
+            VERSION_HEADER: target.version,
+            REASON_HEADER: reason,
+            RELEASE_HEADER: release,
+        }
         if isinstance(response, StreamingResponse):
             return StreamingResponse(
-                self._guarded_stream(response.body_iterator, guard, in_flight, trace, reservation),
+                self._guarded_stream(response.body_iterator, guard, in_flight, trace, reservation, release),
                 media_type="text/event-stream",
                 headers=headers,
             )
@@ -228,6 +269,7 @@ class RequestPipeline:
             raise
         usage = guarded.get("usage") or {}
         in_flight.finish(usage.get("completion_tokens"))
+        self._record(release, tier, server_error=False, in_flight=in_flight)
         trace.set_usage_from(usage)
         trace.add_redactions(guard.counts)
         trace.end()
@@ -241,6 +283,7 @@ class RequestPipeline:
         in_flight: Any,
         trace: RequestTrace,
         reservation: Reservation | None,
+        release: str,
     ) -> AsyncIterator[str]:
         ok = False
         try:
@@ -257,10 +300,22 @@ class RequestPipeline:
         finally:
             usage = guard.usage or {}
             in_flight.finish(usage.get("completion_tokens"), ok=ok)
+            self._record(release, in_flight.tier, server_error=False, in_flight=in_flight)
             trace.set_usage_from(usage)
             trace.add_redactions(guard.counts)
             trace.end()
             await self._settle(reservation, int(usage.get("total_tokens") or 0))
+
+    def _record(self, release: str, tier: str, *, server_error: bool, in_flight: Any = None) -> None:
+        if self.release_metrics is None:
+            return
+        self.release_metrics.record(
+            release,
+            tier,
+            server_error=server_error,
+            ttft_s=in_flight.ttft_s if in_flight is not None else None,
+            tpot_s=in_flight.tpot_s() if in_flight is not None else None,
+        )
 
     async def _settle(self, reservation: Reservation | None, actual_tokens: int) -> None:
         if reservation is not None and self.limiter is not None:
