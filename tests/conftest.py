@@ -158,7 +158,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
             },
         ],
         "server": {"host": "127.0.0.1", "port": port},
-        "gateway": {"auth": {"mode": "keys", "key_store": key_store}},
+        # Spill thresholds off: the tests assert which tier answered (spill itself is unit-tested).
+        "gateway": {
+            "auth": {"mode": "keys", "key_store": key_store},
+            "routing": {"spill_ttft_s": None, "spill_tpot_s": None, "spill_max_in_flight": 1000},
+        },
     }
     config_path = work / "tandem.yaml"
     config_path.write_text(yaml.safe_dump(config))
