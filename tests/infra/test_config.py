@@ -25,7 +25,11 @@ def test_shipped_config_is_valid() -> None:
 
 def test_tiers_inherit_model_and_engine() -> None:
     config = TandemConfig.model_validate(
-        {"model": "mine@v2", "engine": {"dtype": "bfloat16"}, "tiers": [{"name": "standard", "model_id": "s"}]}
+        {
+            "model": "mine@v2",
+            "engine": {"dtype": "bfloat16"},
+            "tiers": [{"name": "standard", "model_id": "s"}],
+        }
     )
     assert config.tiers[0].model == "mine@v2"
     assert config.tiers[0].engine.dtype == "bfloat16"
@@ -45,9 +49,7 @@ def test_unknown_field_is_refused(tmp_path: Path) -> None:
 
 
 def test_duplicate_alias_and_missing_standard(tmp_path: Path) -> None:
-    text = (
-        "tiers:\n  - {name: standard, model_id: a, aliases: [x]}\n  - {name: fast, model_id: b, aliases: [x]}\n"
-    )
+    text = "tiers:\n  - {name: standard, model_id: a, aliases: [x]}\n  - {name: fast, model_id: b, aliases: [x]}\n"
     with pytest.raises(ConfigError, match="'x' is used twice"):
         load_config(_write(tmp_path, text))
     with pytest.raises(ConfigError, match="exactly one tier named 'standard'"):

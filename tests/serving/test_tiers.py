@@ -42,7 +42,12 @@ def test_standard_tier_has_no_speculation(registry: FileRegistry) -> None:
 def test_fast_tier_falls_back_to_ngram_without_a_draft(registry: FileRegistry) -> None:
     resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
     spec = engine_kwargs(resolved)["speculative_config"]
-    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    assert spec == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+    }
 
 
 def test_fast_tier_picks_newest_draft_of_its_model(registry: FileRegistry, tmp_path: Path) -> None:
@@ -70,8 +75,12 @@ def test_fast_tier_picks_newest_draft_of_its_model(registry: FileRegistry, tmp_p
 
 
 def test_explicit_ngram_ignores_drafts(registry: FileRegistry, tmp_path: Path) -> None:
-    registry.publish(_model_dir(tmp_path, "d"), "toy-draft", "v1", kind="draft", lineage=Lineage(parents=["toy@v1"]))
-    tier = TierConfig(name="fast", model_id="f", model="toy@v1", speculative=SpeculativeConfig(method="ngram"))
+    registry.publish(
+        _model_dir(tmp_path, "d"), "toy-draft", "v1", kind="draft", lineage=Lineage(parents=["toy@v1"])
+    )
+    tier = TierConfig(
+        name="fast", model_id="f", model="toy@v1", speculative=SpeculativeConfig(method="ngram")
+    )
     assert resolve_tier(tier, registry).speculative_method == "ngram"
 
 
@@ -84,7 +93,11 @@ def test_local_draft_directory(registry: FileRegistry, tmp_path: Path) -> None:
         speculative=SpeculativeConfig(method="draft_model", draft=str(draft), num_speculative_tokens=2),
     )
     kwargs = engine_kwargs(resolve_tier(tier, registry))
-    assert kwargs["speculative_config"] == {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2}
+    assert kwargs["speculative_config"] == {
+        "method": "draft_model",
+        "model": str(draft),
+        "num_speculative_tokens": 2,
+    }
 
 
 def test_invalid_tier_configs() -> None:
