@@ -179,6 +179,13 @@ def distill_draft(
     if config.divergence == "auto":
         for candidate in config.divergence_candidates:
             run_dir = work_dir / f"sweep-{candidate}"
+            result_path = run_dir / "result.json"
+            if result_path.is_file():  # finished earlier: reuse its measurement instead of re-evaluating
+                finished = json.loads(result_path.read_text())
+                report = AcceptanceReport.model_validate(finished["acceptance"])
+                histories[f"sweep {candidate}"] = TrainingHistory.from_json(finished["history"])
+                sweep[candidate] = report.expected_acceptance
+                continue
             distiller = new_distiller()
             if has_checkpoint(run_dir):
                 distiller.load_checkpoint(run_dir)
@@ -190,12 +197,11 @@ def distill_draft(
                 label=f"sweep {candidate}",
                 show_progress=show_progress,
             )
-            if distiller.history.evaluations[-1][0] != distiller.step:
-                distiller.history.evaluations.append(
-                    (distiller.step, report.expected_acceptance, report.greedy_agreement)
-                )
             histories[f"sweep {candidate}"] = distiller.history
             sweep[candidate] = report.expected_acceptance
+            write_json(
+                result_path, {"acceptance": report.model_dump(), "history": distiller.history.to_json()}
+            )
             del distiller
         divergence: Divergence = max(sweep, key=sweep.__getitem__)
         log.info("event=distill_divergence_chosen divergence=%s sweep=%s", divergence, sweep)
