@@ -18,9 +18,11 @@ RESULTS_DIR = Path("bench/results")
 
 
 def _register_package_benches() -> None:
+    from distill.cli import fast_bench_command
     from evalsuite.cli import bench_eval_command
 
     bench_app.command("eval")(bench_eval_command)
+    bench_app.command("fast")(fast_bench_command)
 
 
 _register_package_benches()

@@ -40,6 +40,10 @@ def _register() -> None:
 
     app.command("distill")(distill_command)
 
+    from posttrain.cli import posttrain_app
+
+    app.add_typer(posttrain_app, name="posttrain")
+
     from gateway.keys_cli import keys_app
 
     app.add_typer(keys_app, name="keys")
