@@ -5,12 +5,14 @@ Each server starts once per test session and only when a test asks for it, so th
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +24,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 GATEWAY_START_TIMEOUT_S = 900
+
+
+def _private_dir(name: str) -> Path:
+    """A directory outside pytest's basetemp, which a concurrent pytest run may rotate away mid-session."""
+    path = Path(tempfile.mkdtemp(prefix=f"tandem-tests-{name}-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def free_port() -> int:
@@ -78,13 +87,11 @@ def bundled_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def subset_draft_dir(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def subset_draft_dir(bundled_model_dir: Path) -> Path:
     """An undistilled draft made from layers 0, 10, 20, 29 of the bundled model."""
     from distill.draft_init import build_layer_subset_draft
 
-    return build_layer_subset_draft(
-        bundled_model_dir, tmp_path_factory.mktemp("draft") / "subset", [0, 10, 20, 29]
-    )
+    return build_layer_subset_draft(bundled_model_dir, _private_dir("draft") / "subset", [0, 10, 20, 29])
 
 
 @dataclass
@@ -117,7 +124,7 @@ def _suite_key(key_store: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) -> Iterator[Gateway]:
+def gateway(subset_draft_dir: Path) -> Iterator[Gateway]:
     """`tandem serve` in a subprocess, float32, with the fast tier speculating with a layer-subset draft.
 
     Float32 because the lossless test compares token ids: the fast tier must reproduce the standard
@@ -132,7 +139,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, subset_draft_dir: Path) ->
             key_store=os.environ["TANDEM_TEST_KEY_STORE"],
         )
         return
-    work = tmp_path_factory.mktemp("gateway")
+    work = _private_dir("gateway")
     port = free_port()
     key_store = str(work / "keys.db")
     api_key = _suite_key(key_store)
