@@ -58,6 +58,7 @@ class EvalConfig(BaseModel):
     split: Literal["dev", "test"] = Field(default="dev", description="Held-out split used during training.")
     n_per_family: int = Field(default=16, ge=1, description="Held-out instances per family.")
     seed: int = Field(default=1, description="Generator seed of the held-out set.")
+    difficulty: Difficulty | None = Field(default=None, description="Only this tier; None cycles all tiers.")
     max_new_tokens: int = Field(default=64, ge=1, description="Greedy decoding budget per held-out prompt.")
 
 

@@ -39,7 +39,9 @@ def held_out_instances(config: EvalConfig, families: list[Family]) -> list[TaskI
     return [
         instance
         for family in families
-        for instance in generate_instances(family, config.split, config.n_per_family, seed=config.seed)
+        for instance in generate_instances(
+            family, config.split, config.n_per_family, seed=config.seed, difficulty=config.difficulty
+        )
     ]
 
 
@@ -59,6 +61,9 @@ def generate_greedy(
     texts = [
         tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations
     ]
+    # Batch prompts of similar length together so padding stays small; answers go back in input order.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    texts = [texts[i] for i in order]
     outputs: list[str] = []
     was_training = model.training
     model.eval()
@@ -74,7 +79,10 @@ def generate_greedy(
             outputs += tokenizer.batch_decode(new, skip_special_tokens=True)
     if was_training:
         model.train()
-    return outputs
+    restored = [""] * len(outputs)
+    for position, index in enumerate(order):
+        restored[index] = outputs[position]
+    return restored
 
 
 def measure_held_out(

@@ -172,3 +172,27 @@ def test_a_loss_spike_rolls_back_to_the_last_good_checkpoint(
     assert InjectSpike.fired and result.metrics["rollbacks"] == 1 and result.metrics["steps"] == 4
     events = [r.event for r in read_trace(Path(result.run_dir)) if r.kind == "event"]
     assert [e["type"] for e in events] == ["spike", "rollback"] and events[1]["to"] == "checkpoint-2"
+
+
+def test_dpo_trains_on_verifier_labelled_pairs(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    letter_task: list[TaskInstance],  # noqa: F811
+) -> None:
+    from posttrain import DPORunConfig
+    from posttrain.dpo import posttrain_dpo
+
+    config = DPORunConfig(
+        base=str(tiny_model_dir),
+        pool={"families": ["documents"]},
+        samples_per_prompt=4,
+        max_completion_length=4,
+        train={"max_steps": 2, "batch_size": 2, "save_steps": 2, "learning_rate": 1e-3, "max_length": 64},
+        evaluate_before_after=False,
+        output={"work_dir": str(tmp_path / "dpo"), "registry": f"file://{tmp_path / 'registry'}"},
+    )
+    result = posttrain_dpo(config, instances=letter_task)
+    assert result.metrics["steps"] == 2 and result.metrics["pairs"] >= 1
+    rollouts = [r for r in read_trace(Path(result.run_dir)) if r.kind == "rollout"]
+    assert len(rollouts) == 4 * 4 and {r.stage for r in rollouts} == {"dpo"}
+    assert open_registry(config.output.registry).manifest(str(result.candidate_ref)).kind == "model"
