@@ -149,3 +149,24 @@ def test_cli_config_errors_name_the_field(tmp_path: Path) -> None:
         build_config(RLRunConfig, path, "m@v", "documents", {})
     with pytest.raises(ConfigError, match="families"):
         build_config(RLRunConfig, None, "m@v", "documents,chess", {})
+
+
+def test_cli_app_has_the_three_stages_and_stays_light() -> None:
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from posttrain.cli import posttrain_app
+
+    runner = CliRunner()
+    for stage in ("sft", "rl", "dpo"):
+        result = runner.invoke(posttrain_app, [stage, "--help"])
+        assert result.exit_code == 0 and "--base" in result.output
+    failed = runner.invoke(posttrain_app, ["rl", "--base", "m@v", "--tasks", "chess"])
+    assert isinstance(failed.exception, ConfigError)
+    probe = "import sys, posttrain.cli; print('torch' in sys.modules or 'trl' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )
