@@ -87,7 +87,8 @@ def posttrain_sft(
     metrics = {
         "steps": guarded.steps,
         "rollbacks": guarded.rollbacks,
-        "demonstrations": len(rows),
+        "demonstrations_prepared": len(rows),
+        "demonstrations_seen": guarded.steps * train.batch_size * train.gradient_accumulation_steps,
         "final_loss": next((r["loss"] for r in reversed(guarded.history) if "loss" in r), None),
         **before_after(before, after),
     }
