@@ -132,8 +132,17 @@ def _local_or_registry(ref: str, registry: Registry) -> tuple[Path, str, Artifac
 
 
 def newest_draft_for(registry: Registry, model_ref: str) -> ArtifactManifest | None:
-    """The newest draft artifact whose lineage names ``model_ref`` as its teacher."""
-    drafts = [m for m in registry.list(kind="draft") if model_ref in m.lineage.parents]
+    """The newest draft whose lineage names ``model_ref`` as its teacher and that is expected to pay.
+
+    A draft records ``expected_speedup`` (from its measured acceptance and cost ratio); one expected to
+    be slower than no speculation is skipped, so ``auto`` falls back to n-gram lookup rather than serving
+    a fast tier that is slower than the standard one.
+    """
+    drafts = [
+        m
+        for m in registry.list(kind="draft")
+        if model_ref in m.lineage.parents and float(m.metadata.get("expected_speedup", 2.0)) > 1.0
+    ]
     return max(drafts, key=lambda m: m.created_at) if drafts else None
 
 

@@ -112,3 +112,16 @@ def test_invalid_tier_configs() -> None:
 def test_unknown_model_ref(registry: FileRegistry) -> None:
     with pytest.raises(ArtifactNotFound):
         resolve_tier(TierConfig(name="standard", model_id="s", model="nope@v1"), registry)
+
+
+def test_auto_skips_a_draft_expected_to_be_slower(registry: FileRegistry, tmp_path: Path) -> None:
+    registry.publish(
+        _model_dir(tmp_path, "slow"),
+        "toy-draft",
+        "slow",
+        kind="draft",
+        lineage=Lineage(parents=["toy@v1"]),
+        metadata={"expected_speedup": 0.8, "num_speculative_tokens": 1},
+    )
+    resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
+    assert resolved.speculative_method == "ngram"
