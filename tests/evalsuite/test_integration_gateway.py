@@ -22,7 +22,7 @@ def test_suite_runs_against_gateway(
 ) -> None:
     monkeypatch.setenv("TANDEM_API_KEY", gateway.api_key)
     paths = run_eval(model, FAMILIES, split="dev", limit=1, base_url=gateway.openai_url, log_dir=tmp_path,
-                     difficulty="easy")  # fmt: skip
+                     difficulty="easy", max_tokens=128)  # fmt: skip
     assert len(paths) == len(FAMILIES)
     for path in paths:
         log = read_eval_log(str(path))
