@@ -1,15 +1,14 @@
-"""Request bounds, checked before any work is queued: body size (413), then max_tokens, n, message count
-and prompt length (400 naming the field)."""
+"""The request body size limit (413), enforced as ASGI middleware before the body is parsed; the other
+bounds (max_tokens, n, messages, prompt length) are checked on the parsed request by
+``gateway.guardrails.check_request_bounds``."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import GatewayError, error_body
-from gateway.policy import RequestBounds
+from gateway.errors import error_body
 
 
 class BodySizeLimit:
@@ -79,60 +78,3 @@ def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
         return {"type": "http.disconnect"}
 
     return receive
-
-
-def _text_length(content: Any) -> int:
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):
-        return sum(_text_length(part.get("text") if isinstance(part, dict) else part) for part in content)
-    return len(str(content))
-
-
-def check_bounds(body: Any, bounds: RequestBounds) -> None:
-    """Raise a 400 naming the field when a parsed chat/completion request exceeds ``bounds``."""
-    for field in ("max_tokens", "max_completion_tokens"):
-        value = getattr(body, field, None)
-        if value is not None and value > bounds.max_tokens:
-            raise GatewayError(
-                400,
-                f"{field} must be at most {bounds.max_tokens}, got {value}.",
-                param=field,
-                code="invalid_parameter",
-            )
-    n = getattr(body, "n", None)
-    if n is not None and n > bounds.max_n:
-        raise GatewayError(
-            400, f"n must be at most {bounds.max_n}, got {n}.", param="n", code="invalid_parameter"
-        )
-    messages = getattr(body, "messages", None)
-    if messages is not None:
-        if len(messages) > bounds.max_messages:
-            raise GatewayError(
-                400,
-                f"at most {bounds.max_messages} messages are accepted, got {len(messages)}.",
-                param="messages",
-                code="invalid_parameter",
-            )
-        chars = sum(
-            _text_length(m.get("content") if isinstance(m, dict) else getattr(m, "content", None))
-            for m in messages
-        )
-        field = "messages"
-    else:
-        prompt = getattr(body, "prompt", None)
-        chars = (
-            _text_length(prompt)
-            if not isinstance(prompt, list) or all(isinstance(p, str) for p in prompt)
-            else 0
-        )
-        field = "prompt"
-    if chars > bounds.max_prompt_chars:
-        raise GatewayError(
-            400,
-            f"the prompt is {chars} characters; the limit is {bounds.max_prompt_chars}.",
-            param=field,
-            code="invalid_parameter",
-        )

@@ -18,13 +18,18 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.bounds import check_bounds
 from gateway.canary import CANDIDATE, SESSION_HEADER, STABLE, ReleaseSplitter, open_release_metrics
 from gateway.errors import GatewayError, ModelNotFound, error_body
-from gateway.guardrails import OutputGuard, Redactor, check_requested_tools
+from gateway.guardrails import (
+    OutputGuard,
+    Redactor,
+    check_request_bounds,
+    check_requested_tools,
+    prompt_chars,
+)
 from gateway.keys import KeyRecord, auth_required, open_key_store
 from gateway.policy import GatewayPolicy
-from gateway.ratelimit import RateLimiter, Reservation
+from gateway.ratelimit import RateLimiter, Reservation, estimate_tokens
 from gateway.routing import AUTO, FAST, STANDARD, RequestFeatures, TierRouter, TierStats
 from gateway.telemetry import GatewayTelemetry, RequestTrace
 
@@ -64,20 +69,6 @@ def _sticky_key(key: KeyRecord | None, request: Request) -> str:
     if session:
         return session
     return request.client.host if request.client else "anonymous"
-
-
-def _estimate_tokens(body: Any) -> int:
-    messages = getattr(body, "messages", None)
-    prompt_chars = (
-        sum(
-            len(str(m.get("content") if isinstance(m, dict) else getattr(m, "content", ""))) for m in messages
-        )
-        if messages is not None
-        else len(str(getattr(body, "prompt", "")))
-    )
-    completion = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    n = getattr(body, "n", None) or 1
-    return prompt_chars // 4 + (completion or DEFAULT_COMPLETION_ESTIMATE) * n
 
 
 class RequestPipeline:
@@ -133,7 +124,8 @@ class RequestPipeline:
         call: Callable[[Any, Request], Awaitable[Response]],
         operation: str,
     ) -> Response:
-        check_bounds(body, self.policy.bounds)
+        payload = body.model_dump(exclude_unset=True)
+        check_request_bounds(payload, self.policy.bounds)
         stream = bool(getattr(body, "stream", False))
         trace = self.telemetry.start_request(operation=operation, model=body.model, stream=stream)
         reservation: Reservation | None = None
@@ -147,7 +139,13 @@ class RequestPipeline:
             release = self.pinned.get(body.model) or self.splitter.release_for(_sticky_key(key, request))
             check_requested_tools(getattr(body, "tools", None), key.tools if key else None)
             if key is not None and self.limiter is not None:
-                reservation = await asyncio.to_thread(self.limiter.check, key, _estimate_tokens(body))
+                estimate = estimate_tokens(
+                    prompt_chars(payload),
+                    payload.get("max_completion_tokens") or payload.get("max_tokens"),
+                    n=payload.get("n") or 1,
+                    default_max_tokens=DEFAULT_COMPLETION_ESTIMATE,
+                )
+                reservation = await asyncio.to_thread(self.limiter.check, key, estimate)
             features = RequestFeatures(
                 requested_tier=requested,
                 max_tokens=getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None),

@@ -7,8 +7,9 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
-from gateway.bounds import BodySizeLimit, check_bounds
+from gateway.bounds import BodySizeLimit
 from gateway.errors import GatewayError, install_error_handlers
+from gateway.guardrails import check_request_bounds
 from gateway.policy import RequestBounds
 
 BOUNDS = RequestBounds(max_body_bytes=2048, max_tokens=100, max_n=2, max_messages=3, max_prompt_chars=50)
@@ -66,6 +67,10 @@ def test_chat_bounds_name_the_field(request_fields: dict, param: str) -> None:
     with pytest.raises(GatewayError) as caught:
         check_bounds(_chat(**request_fields), BOUNDS)
     assert caught.value.status == 400 and caught.value.param == param
+
+
+def check_bounds(body: ChatCompletionRequest | CompletionRequest, bounds: RequestBounds) -> None:
+    check_request_bounds(body.model_dump(exclude_unset=True), bounds)
 
 
 def test_within_bounds_passes() -> None:
