@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from gateway.bench import _percentile
+from infra.errors import TandemError
 
 MODELS = ("standard", "fast", "auto")
 
@@ -30,7 +31,9 @@ def kill_fast_replica(app_name: str = "tandem") -> str:
         if name.startswith(f"SERVE_REPLICA::{app_name}#LLMServer:tandem-fast#"):
             ray.kill(ray.get_actor(name, namespace=actor["namespace"]), no_restart=True)
             return str(name)
-    raise RuntimeError("no fast-tier replica found to kill")
+    raise TandemError(
+        f"no replica of the fast tier found in Ray application {app_name!r}: is `tandem serve` running?"
+    )
 
 
 async def _run(
