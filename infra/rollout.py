@@ -251,15 +251,29 @@ class MetricsConfig(_Strict):
 
 
 class DeploymentCommands(_Strict):
-    """Commands that deploy / remove a release's tiers (``kubectl apply``, ``serve deploy``...).
+    """How a release's tiers are deployed and removed.
 
-    Each is an argv list; ``{release}``, ``{model}`` and ``{draft}`` are substituted. Unset: the
-    release's tiers are managed outside the controller, which then only moves traffic.
+    ``deployer`` names a factory ``module:attribute`` that builds a Deployer from the rollout config and
+    reads its own settings from ``options``; ``gateway.serve_app:ServeDeployer`` updates a running
+    ``tandem serve`` application in place. Without it the ``deploy`` / ``remove`` argv lists run
+    (``kubectl apply``, ``serve deploy``...) with ``{release}``, ``{model}`` and ``{draft}`` substituted;
+    with neither, the release's tiers are managed outside the controller, which then only moves traffic.
     """
 
+    deployer: str | None = Field(
+        None, description="Import path 'module:attribute' of a Deployer factory; unset: the commands."
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="Settings the deployer validates.")
     deploy: list[str] | None = None
     remove: list[str] | None = None
     timeout_seconds: float = Field(600, gt=0)
+
+    @field_validator("deployer")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w.]+:[\w.]+", value):
+            raise ValueError(f"expected 'module:attribute', got {value!r}")
+        return value
 
 
 class RolloutConfig(_Strict):

@@ -3,7 +3,7 @@
 It talks to the world only through three protocols, so it runs the same against a live gateway and in
 tests: a :class:`TrafficSplitter` (publishes weights to the ingress), a :class:`MetricsSource` (cumulative
 per-release counters, e.g. scraped from the gateway's Prometheus ``/metrics``) and a :class:`Deployer`
-(deploys or removes a release's tiers). Every decision goes to a JSONL audit log with its evidence; the
+(deploys or removes a release's tiers); their implementations are in :mod:`infra.rollout_adapters`. Every decision goes to a JSONL audit log with its evidence; the
 state is written atomically after every tick, so a restarted controller resumes where it stopped. Traffic
 never stays on a removed release: weight goes to 0 first, the release is removed after a drain.
 """
@@ -16,16 +16,14 @@ import logging
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from infra.errors import ArtifactExists
@@ -33,175 +31,53 @@ from infra.manifest import Lineage
 from infra.registry import Registry
 from infra.rollout import (
     RELEASES,
-    Histogram,
-    MetricsConfig,
     MetricsSnapshot,
-    ReleaseCounters,
     ReleaseName,
     ReleaseSpec,
     RolloutConfig,
     RolloutError,
-    TrafficWeights,
     evaluate_analysis,
     read_gate_verdict,
     window_metrics,
 )
+
+# The adapters live in their own module; these names stay importable from here.
+from infra.rollout_adapters import (
+    CommandDeployer,
+    Deployer,
+    FileTrafficSplitter,
+    MetricsSource,
+    PrometheusMetricsSource,
+    TrafficSplitter,
+    atomic_write_text,
+    load_deployer,
+)
+
+__all__ = [
+    "AUDIT_FILE",
+    "COMMAND_FILE",
+    "STATE_FILE",
+    "CommandDeployer",
+    "Deployer",
+    "FileTrafficSplitter",
+    "MetricsSource",
+    "PrometheusMetricsSource",
+    "RolloutController",
+    "RolloutPhase",
+    "RolloutState",
+    "TrafficSplitter",
+    "atomic_write_text",
+    "controller_lock",
+    "load_state",
+    "open_controller",
+    "request_command",
+]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 AUDIT_FILE = "audit.jsonl"
 COMMAND_FILE = "command.json"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` so readers see the old or the new content, never a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-# ---------------------------------------------------------------------------------------------- metrics
-class MetricsSource(Protocol):
-    def snapshot(self) -> MetricsSnapshot:
-        """Cumulative counters of both releases now; raises on an unreachable or unreadable source."""
-        ...
-
-
-class PrometheusMetricsSource:
-    """Scrapes a Prometheus text endpoint (the gateway's ``/metrics``) into per-release counters.
-
-    Samples are summed over every label the release's selector does not fix (tiers, replicas, codes).
-    """
-
-    def __init__(self, config: MetricsConfig, *, clock: Callable[[], float] = time.time) -> None:
-        self.config = config
-        self.clock = clock
-
-    def snapshot(self) -> MetricsSnapshot:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        samples: list[Any] = []
-        for url in self.config.urls:
-            try:
-                response = httpx.get(url, timeout=self.config.timeout_seconds)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise RolloutError(f"cannot scrape {url}: {exc}") from exc
-            try:
-                samples += [
-                    s for family in text_string_to_metric_families(response.text) for s in family.samples
-                ]
-            except ValueError as exc:
-                raise RolloutError(f"{url}: not Prometheus text: {exc}") from exc
-        releases = {release: self._counters(samples, release) for release in RELEASES}
-        return MetricsSnapshot(taken_at=self.clock(), releases=releases)
-
-    def _counters(self, samples: list[Any], release: ReleaseName) -> ReleaseCounters:
-        config = self.config
-        selector = config.release_selectors[release]
-        engine_selector = (config.acceptance_selectors or config.release_selectors)[release]
-
-        def total(name: str, labels: dict[str, str]) -> float:
-            return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
-
-        def histogram(base: str) -> Histogram:
-            buckets: dict[str, float] = {}
-            for sample in samples:
-                if sample.name == f"{base}_bucket" and selector.items() <= sample.labels.items():
-                    le = sample.labels.get("le", "+Inf")
-                    buckets[le] = buckets.get(le, 0.0) + sample.value
-            return Histogram(
-                buckets=buckets, sum=total(f"{base}_sum", selector), count=total(f"{base}_count", selector)
-            )
-
-        return ReleaseCounters(
-            requests=total(config.requests, selector),
-            errors=total(config.errors, selector),
-            ttft=histogram(config.ttft),
-            tpot=histogram(config.tpot),
-            drafted_tokens=total(config.drafted_tokens, engine_selector),
-            accepted_tokens=total(config.accepted_tokens, engine_selector),
-        )
-
-
-# ---------------------------------------------------------------------------------------------- traffic + deploy
-class TrafficSplitter(Protocol):
-    def set_weights(self, weights: dict[ReleaseName, int]) -> None:
-        """Route ``weights[release]`` percent of sticky keys to each release (the two sum to 100)."""
-        ...
-
-
-class FileTrafficSplitter:
-    """Publishes :class:`~infra.rollout.TrafficWeights` as JSON, atomically, for the ingress to read.
-
-    The ingress re-reads the file when its mtime changes (``load_traffic_weights``) and routes each request
-    with ``weights.release_for(api_key or session_id)``.
-    """
-
-    def __init__(self, path: Path, salt: str, releases: dict[ReleaseName, ReleaseSpec]) -> None:
-        self.path = Path(path)
-        self.salt = salt
-        self.releases = releases
-
-    def set_weights(self, weights: dict[ReleaseName, int]) -> None:
-        published = TrafficWeights(
-            stable=weights["stable"],
-            candidate=weights["candidate"],
-            salt=self.salt,
-            releases=self.releases,
-            updated_at=datetime.now(UTC).isoformat(),
-        )
-        atomic_write_text(self.path, published.model_dump_json(indent=2) + "\n")
-
-
-class Deployer(Protocol):
-    def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
-        """Start the release's tiers and return once they serve (idempotent)."""
-        ...
-
-    def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
-        """Remove the release's tiers; the controller calls this only after its weight is 0."""
-        ...
-
-
-class CommandDeployer:
-    """Runs the configured argv lists (``kubectl``, ``serve deploy``...) with the release substituted."""
-
-    def __init__(
-        self, deploy: list[str] | None, remove: list[str] | None, timeout_seconds: float = 600
-    ) -> None:
-        self.commands = {"deploy": deploy, "remove": remove}
-        self.timeout_seconds = timeout_seconds
-
-    def _run(self, action: str, release: ReleaseName, spec: ReleaseSpec) -> None:
-        template = self.commands[action]
-        if not template:
-            log.info("rollout.deploy action=%s release=%s managed=externally", action, release)
-            return
-        argv = [part.format(release=release, model=spec.model, draft=spec.draft or "") for part in template]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_seconds)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RolloutError(f"{action} {release}: {argv[0]} failed: {exc}") from exc
-        if done.returncode != 0:
-            raise RolloutError(f"{action} {release}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
-        log.info("rollout.deploy action=%s release=%s argv=%s", action, release, argv)
-
-    def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
-        self._run("deploy", release, spec)
-
-    def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
-        self._run("remove", release, spec)
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -580,7 +456,7 @@ def open_controller(
     registry: Registry | None = None,
     metrics_urls: list[str] | None = None,
 ) -> RolloutController:
-    """A controller wired to the real world: weights file for the ingress, /metrics, configured commands."""
+    """A controller wired to the real world: weights file for the ingress, /metrics, the configured deployer."""
     metrics_config = (
         config.metrics.model_copy(update={"urls": metrics_urls}) if metrics_urls else config.metrics
     )
@@ -589,9 +465,7 @@ def open_controller(
         config,
         splitter=FileTrafficSplitter(config.traffic.weights_file, config.traffic.salt, releases),
         metrics=PrometheusMetricsSource(metrics_config),
-        deployer=CommandDeployer(
-            config.deployment.deploy, config.deployment.remove, config.deployment.timeout_seconds
-        ),
+        deployer=load_deployer(config),
         state_dir=state_dir,
         registry=registry,
     )
