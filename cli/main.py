@@ -52,6 +52,10 @@ def _register() -> None:
 
     app.add_typer(rollout_app, name="rollout")
 
+    from infra.release_cli import release_command
+
+    app.command("release")(release_command)
+
     from cli.bench import bench_app
 
     app.add_typer(bench_app, name="bench")
