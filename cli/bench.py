@@ -91,6 +91,9 @@ def bench_gateway(
     requests: Annotated[int, typer.Option(min=64, help="Requests per round and ingress.")] = 1000,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight.")] = 64,
     rounds: Annotated[int, typer.Option(min=1, help="Alternating rounds per ingress.")] = 2,
+    serial: Annotated[
+        int, typer.Option(min=10, help="One-at-a-time requests per ingress, interleaved (no queueing).")
+    ] = 200,
     port: Annotated[int, typer.Option(help="Port for the benchmark's own Serve proxy.")] = 8123,
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
@@ -100,19 +103,26 @@ def bench_gateway(
 
     with console.status(f"measuring {rounds} rounds x {requests} requests at {concurrency} concurrency..."):
         result = run_gateway_overhead_bench(
-            requests=requests, concurrency=concurrency, rounds=rounds, port=port
+            requests=requests, concurrency=concurrency, rounds=rounds, serial_requests=serial, port=port
         )
-    table = Table(title=f"gateway overhead at {concurrency} concurrency")
-    for column in ("ingress", "p50 ms", "p99 ms", "RPS"):
+    table = Table(title="gateway overhead: Tandem ingress vs bare OpenAiIngress, same engine")
+    for column in ("ingress", "load", "p50 ms", "p99 ms", "RPS"):
         table.add_column(column)
     for name in ("bare", "gateway"):
+        row = result[name]
         table.add_row(
-            name, str(result[name]["p50_ms"]), str(result[name]["p99_ms"]), str(result[name]["rps"])
+            name, f"{concurrency} concurrent", str(row["p50_ms"]), str(row["p99_ms"]), str(row["rps"])
         )
+    for name in ("bare", "gateway"):
+        row = result["serial"][name]
+        table.add_row(name, "serial", str(row["p50_ms"]), str(row["p99_ms"]), "")
+    for kind, row in result["pipeline_in_process"].items():
+        table.add_row(f"pipeline only ({kind})", "in process", str(row["p50_ms"]), str(row["p99_ms"]), "")
     console.print(table)
     console.print(
-        f"added p50: [bold]{result['added_p50_ms']} ms[/], added p99: [bold]{result['added_p99_ms']} ms[/], "
-        f"RPS ratio: {result['rps_ratio']}"
+        f"added at {concurrency} concurrent: p50 [bold]{result['added_p50_ms']} ms[/], "
+        f"p99 [bold]{result['added_p99_ms']} ms[/], RPS ratio {result['rps_ratio']}; serial: p50 "
+        f"[bold]{result['serial_added_p50_ms']} ms[/], p99 [bold]{result['serial_added_p99_ms']} ms[/]"
     )
     console.print(f"written: {write_result(result, out, 'gateway')}")
 

@@ -19,6 +19,7 @@ from inspect_ai.tool import Tool, ToolDef, ToolError, bash
 from inspect_ai.util import SandboxEnvironmentSpec, sandbox, store
 
 from evalsuite.generators import DEFAULT_ROTATION_KEY, generate_instances
+from evalsuite.prompts import DOCUMENTS_SYSTEM, TERMINAL_SYSTEM
 from evalsuite.sandbox import BwrapConfig
 from evalsuite.schema import Difficulty, Family, Split, TaskInstance
 from evalsuite.shop import POLICY, Shop, ShopRejected, ShopState
@@ -31,15 +32,6 @@ from evalsuite.verifiers import (
     verify_terminal_in_sandbox,
 )
 
-TERMINAL_SYSTEM = (
-    "You are working in a Linux shell inside the directory /workspace. Use the bash tool to inspect and "
-    "change files; there is no network. When the task is done, reply with a short summary and stop "
-    "calling tools."
-)
-DOCUMENTS_SYSTEM = (
-    "You answer questions about business documents precisely. Copy values exactly as written. Always end "
-    "your reply with a final line of the form 'ANSWER: <value>', for example 'ANSWER: 1,234.50'."
-)
 # Turns allowed beyond an instance's step budget, so that overrunning it is observed rather than cut off.
 _TURN_SLACK = 2
 SHOP_STATE_KEY = "evalsuite_shop_state"

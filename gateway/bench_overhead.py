@@ -3,6 +3,12 @@
 One Serve cluster, one cheap engine (a tiny random Llama, 1 output token), two ingresses in front of the
 *same* LLMServer deployment: the bare ``OpenAiIngress`` at ``/bare`` and ``TandemIngress`` at ``/``. Load
 alternates between them in rounds at the same concurrency, so the difference is the gateway's own cost.
+
+Three views, because at 64 concurrency on a 2-core machine queueing noise (tens of ms) hides a 1 ms cost:
+- loaded: p50/p99/RPS at ``concurrency`` (what a client sees under load);
+- serial: one request at a time, alternating ingresses request by request (added latency without queues);
+- in process: ``RequestPipeline.handle`` around an instant engine call, timed with ``perf_counter``
+  (the pipeline's own CPU cost per request, the floor of what it can add).
 """
 
 from __future__ import annotations
@@ -58,8 +64,110 @@ async def _load(url: str, model: str, requests: int, concurrency: int) -> dict[s
     }
 
 
+async def _serial(targets: dict[str, str], model: str, requests: int) -> dict[str, dict[str, float]]:
+    """One request at a time, the ingresses interleaved request by request so drift hits both equally."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    latencies: dict[str, list[float]] = {name: [] for name in targets}
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(requests):
+            for name, url in targets.items():
+                started = time.perf_counter()
+                response = await client.post(url, json=body)
+                elapsed = time.perf_counter() - started
+                if response.status_code == 200:
+                    latencies[name].append(elapsed)
+    return {
+        name: {
+            "n": len(values),
+            "p50_ms": round(1000 * _percentile(values, 0.5), 2),
+            "p99_ms": round(1000 * _percentile(values, 0.99), 2),
+        }
+        for name, values in latencies.items()
+    }
+
+
+def measure_pipeline_cost(requests: int = 2000, *, stream: bool = False) -> dict[str, float]:
+    """Per-request wall time of ``RequestPipeline.handle`` around an engine call that answers instantly."""
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+
+    from gateway.pipeline import RequestPipeline, TierTarget
+    from gateway.policy import GatewayPolicy
+
+    pipeline = RequestPipeline(
+        GatewayPolicy(), [TierTarget("standard", "tandem-standard", ("standard",), "base")]
+    )
+    completion = {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "tandem-standard",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+    chunks = [
+        'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":'
+        '[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]}\n\n',
+        'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[],'
+        '"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}\n\n',
+        "data: [DONE]\n\n",
+    ]
+
+    async def instant_engine(body: Any, request: Any) -> Response:
+        if stream:
+
+            async def pieces() -> Any:
+                for piece in chunks:
+                    yield piece
+
+            return StreamingResponse(pieces(), media_type="text/event-stream")
+        return JSONResponse(completion)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1234),
+    }
+    payload = {"model": "tandem-standard", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    if stream:
+        payload["stream"] = True
+
+    async def run() -> list[float]:
+        timings: list[float] = []
+        for index in range(requests + 200):
+            started = time.perf_counter()
+            body = ChatCompletionRequest.model_validate(payload)
+            response = await pipeline.handle(body, Request(scope), instant_engine, "chat")
+            if isinstance(response, StreamingResponse):
+                async for _ in response.body_iterator:
+                    pass
+            if index >= 200:  # the first requests warm imports and caches
+                timings.append(time.perf_counter() - started)
+        return timings
+
+    timings = asyncio.run(run())
+    return {
+        "requests": requests,
+        "p50_ms": round(1000 * _percentile(timings, 0.5), 3),
+        "p99_ms": round(1000 * _percentile(timings, 0.99), 3),
+    }
+
+
 def run_gateway_overhead_bench(
-    *, requests: int = 1000, concurrency: int = 64, rounds: int = 2, port: int = 8123
+    *,
+    requests: int = 1000,
+    concurrency: int = 64,
+    rounds: int = 2,
+    serial_requests: int = 200,
+    port: int = 8123,
 ) -> dict[str, Any]:
     """Deploy both ingresses over one tiny engine and measure p50/p99 latency and RPS of each."""
     import ray
@@ -107,16 +215,16 @@ def run_gateway_overhead_bench(
             "gateway": f"http://127.0.0.1:{port}/v1/chat/completions",
         }
 
-        async def measure() -> dict[str, list[dict[str, Any]]]:
+        async def measure() -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, float]]]:
             for url in targets.values():  # warm both paths
                 await _load(url, "tandem-standard", 2 * concurrency, concurrency)
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
             for _ in range(rounds):
                 for name, url in targets.items():
                     runs[name].append(await _load(url, "tandem-standard", requests, concurrency))
-            return runs
+            return runs, await _serial(targets, "tandem-standard", serial_requests)
 
-        runs = asyncio.run(measure())
+        runs, serial = asyncio.run(measure())
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -141,5 +249,12 @@ def run_gateway_overhead_bench(
         "added_p50_ms": round(gateway["p50_ms"] - bare["p50_ms"], 2),
         "added_p99_ms": round(gateway["p99_ms"] - bare["p99_ms"], 2),
         "rps_ratio": round(gateway["rps"] / bare["rps"], 3) if bare["rps"] else None,
+        "serial": serial,
+        "serial_added_p50_ms": round(serial["gateway"]["p50_ms"] - serial["bare"]["p50_ms"], 2),
+        "serial_added_p99_ms": round(serial["gateway"]["p99_ms"] - serial["bare"]["p99_ms"], 2),
+        "pipeline_in_process": {
+            "json": measure_pipeline_cost(),
+            "stream": measure_pipeline_cost(stream=True),
+        },
         "runs": runs,
     }

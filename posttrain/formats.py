@@ -14,14 +14,16 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from evalsuite.prompts import DOCUMENTS_SYSTEM
 from evalsuite.schema import TaskInstance, VerifierResult
 from posttrain.errors import UnsupportedFamily
 
 Message = dict[str, str]
 
-# Same instruction the evalsuite's Inspect documents task uses (kept equal so held-out scores match it).
-DOCUMENTS_SYSTEM = "You answer questions about business documents precisely. Copy values exactly as written."
-TERMINAL_SYSTEM = (
+# Single-turn terminal rollouts answer with a whole script; the Inspect terminal task is multi-turn with a
+# bash tool (evalsuite.prompts.TERMINAL_SYSTEM), so this family trains on a different protocol than it is
+# evaluated with.
+TERMINAL_SCRIPT_SYSTEM = (
     "You are working in a Linux shell in the task's working directory; there is no network. Reply with "
     "one bash script in a ```bash code block that completes the task, and nothing else."
 )
@@ -112,7 +114,10 @@ class TerminalFormat:
     family = "terminal"
 
     def messages(self, instance: TaskInstance) -> list[Message]:
-        return [{"role": "system", "content": TERMINAL_SYSTEM}, {"role": "user", "content": instance.prompt}]
+        return [
+            {"role": "system", "content": TERMINAL_SCRIPT_SYSTEM},
+            {"role": "user", "content": instance.prompt},
+        ]
 
     def demonstration(self, instance: TaskInstance) -> str:
         return f"```bash\n{instance.expected['reference_solution']}\n```"
