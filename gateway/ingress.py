@@ -91,8 +91,11 @@ class TandemIngress(OpenAiIngress):
 
     # -- operations ---------------------------------------------------------------------------------
     async def health(self) -> Response:
-        """200 when every tier's engine answers its health check, else 503 naming the failing tiers."""
-        routes = self._routes
+        """200 when every tier of a release with traffic answers its health check, else 503 naming the failing
+        tiers. A release at weight 0 may be an empty slot (a candidate not yet deployed, a removed stable)."""
+        weights = self._pipeline.splitter.weights()
+        live = {"stable": weights.stable > 0, "candidate": weights.candidate > 0}
+        routes = {model_id: r for model_id, r in self._routes.items() if live.get(r.release, True)}
 
         async def check(model_id: str) -> str | None:
             try:
