@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.database import Cursor, Database
 from gateway.errors import GatewayError
-from gateway.keys import Cursor, Database, KeyRecord
+from gateway.keys import KeyRecord
 from gateway.policy import LimitPolicy
 
 log = logging.getLogger(__name__)
