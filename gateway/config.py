@@ -82,6 +82,9 @@ class TandemConfig(BaseModel):
             raise ValueError("tiers: exactly one tier named 'standard' is required")
         if names.count("fast") > 1:
             raise ValueError("tiers: at most one tier named 'fast'")
+        for name in self.gateway.upstreams:
+            if name not in names:
+                raise ValueError(f"gateway.upstreams.{name}: no tier named {name!r} is configured")
         seen: set[str] = set()
         for tier in self.tiers:
             for public in (tier.model_id, *tier.aliases):

@@ -32,6 +32,7 @@ from gateway.policy import GatewayPolicy
 from gateway.ratelimit import RateLimiter, Reservation, estimate_tokens
 from gateway.routing import AUTO, FAST, STANDARD, RequestFeatures, TierRouter, TierStats
 from gateway.telemetry import GatewayTelemetry, RequestTrace
+from gateway.upstream import CircuitBreaker, UpstreamClient
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ RELEASE_HEADER = "x-tandem-release"
 AUTO_IDS = ("tandem-auto", "auto")
 DEFAULT_COMPLETION_ESTIMATE = 256  # tokens reserved when a request names no max_tokens
 
+EngineCall = Callable[[Any, Request], Awaitable[Response]]
+
 
 @dataclass(frozen=True)
 class TierTarget:
@@ -50,6 +53,20 @@ class TierTarget:
     aliases: tuple[str, ...]
     version: str
     release: str = STABLE
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """One request's facts, shared by every attempt to answer it: its tier, a failover tier, an upstream."""
+
+    body: Any
+    request: Request
+    call: EngineCall
+    operation: str
+    release: str
+    trace: RequestTrace
+    key: KeyRecord | None
+    reservation: Reservation | None
 
 
 def _engine_failed(exc: BaseException) -> bool:
@@ -108,6 +125,11 @@ class RequestPipeline:
         guard = policy.guardrails
         self.redactor = Redactor(guard.patterns) if guard.redact_outputs and guard.patterns else None
         self.telemetry = GatewayTelemetry(policy.telemetry)
+        self.upstreams: dict[str, UpstreamClient] = {
+            tier: UpstreamClient(upstream) for tier, upstream in policy.upstreams.items()
+        }
+        # Local engines that failed recently, by model id: their tier's upstream answers until cooldown.
+        self.breaker = CircuitBreaker()
 
     def public_ids(self) -> list[str]:
         return sorted(self.names)
@@ -121,7 +143,7 @@ class RequestPipeline:
         self,
         body: Any,
         request: Request,
-        call: Callable[[Any, Request], Awaitable[Response]],
+        call: EngineCall,
         operation: str,
     ) -> Response:
         payload = body.model_dump(exclude_unset=True)
@@ -153,9 +175,8 @@ class RequestPipeline:
                 allowed_tiers=frozenset(key.tiers) if key and key.tiers is not None else None,
             )
             decision = self.router.choose(features, self.stats.snapshot())
-            response = await self._call_with_fallback(
-                body, request, call, release, decision.tier, decision.reason, trace, key, reservation
-            )
+            context = RequestContext(body, request, call, operation, release, trace, key, reservation)
+            response = await self._call_with_fallback(context, decision.tier, decision.reason)
         except GatewayError as exc:
             trace.set_error(exc.status, exc.code or type(exc).__name__)
             trace.end()
@@ -177,45 +198,46 @@ class RequestPipeline:
             self.key_store.authenticate, request.headers.get("authorization"), AUTO
         )
 
-    async def _call_with_fallback(
-        self,
-        body: Any,
-        request: Request,
-        call: Callable[[Any, Request], Awaitable[Response]],
-        release: str,
-        tier: str,
-        reason: str,
-        trace: RequestTrace,
-        key: KeyRecord | None,
-        reservation: Reservation | None,
-    ) -> Response:
+    def _target(self, release: str, tier: str) -> TierTarget:
+        return (self.candidates if release == CANDIDATE else self.targets).get(tier) or self.targets[tier]
+
+    async def _call_with_fallback(self, context: RequestContext, tier: str, reason: str) -> Response:
+        """Call ``tier``; when its engine is dead, its upstream answers if it has one, else the other tier."""
+        upstream = self.upstreams.get(tier)
+        engine = self._target(context.release, tier).model_id
+        if upstream is not None and self.breaker.is_open(engine):
+            return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)
         try:
-            return await self._call(body, request, call, release, tier, reason, trace, key, reservation)
+            return await self._call(context, tier, reason)
         except Exception as exc:
+            if not _engine_failed(exc):
+                raise
+            if upstream is not None:
+                self.breaker.trip(engine, upstream.cooldown_s)
+                log.warning(
+                    "event=tier_failover from=%s to=upstream upstream=%s cooldown_s=%s error=%r",
+                    tier,
+                    upstream.model,
+                    upstream.cooldown_s,
+                    repr(exc)[:200],
+                )
+                return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)
             other = STANDARD if tier == FAST else FAST
-            allowed = key is None or key.allows_tier(other)
-            if not _engine_failed(exc) or other not in self.targets or not allowed:
+            key = context.key
+            if other not in self.targets or not (key is None or key.allows_tier(other)):
                 raise
             log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(exc)[:200])
-            return await self._call(
-                body, request, call, release, other, f"{tier}_unavailable", trace, key, reservation
-            )
+            return await self._call(context, other, f"{tier}_unavailable")
 
     async def _call(
-        self,
-        body: Any,
-        request: Request,
-        call: Callable[[Any, Request], Awaitable[Response]],
-        release: str,
-        tier: str,
-        reason: str,
-        trace: RequestTrace,
-        key: KeyRecord | None,
-        reservation: Reservation | None,
+        self, context: RequestContext, tier: str, reason: str, upstream: UpstreamClient | None = None
     ) -> Response:
-        target = (self.candidates if release == CANDIDATE else self.targets).get(tier) or self.targets[tier]
+        """One attempt: the tier's local engine, or its ``upstream`` when given."""
+        body, trace, key, reservation = context.body, context.trace, context.key, context.reservation
+        target = self._target(context.release, tier)
         release = target.release
-        trace.set_route(tier, target.version, reason)
+        version = upstream.version if upstream is not None else target.version
+        trace.set_route(tier, version, reason)
         client_wants_usage = False
         update: dict[str, Any] = {"model": target.model_id}
         if getattr(body, "stream", False):
@@ -238,7 +260,10 @@ class RequestPipeline:
             forward_usage=client_wants_usage or not getattr(body, "stream", False),
         )
         try:
-            response = await call(body, request)
+            if upstream is not None:
+                response = await upstream.answer(body, context.operation)
+            else:
+                response = await context.call(body, context.request)
         except BaseException as exc:
             in_flight.finish(ok=False)
             status = getattr(exc, "status", None) or getattr(exc, "status_code", None) or 500
@@ -246,7 +271,7 @@ class RequestPipeline:
             raise
         headers = {
             TIER_HEADER: tier,
-            VERSION_HEADER: target.version,
+            VERSION_HEADER: version,
             REASON_HEADER: reason,
             RELEASE_HEADER: release,
         }

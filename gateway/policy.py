@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serving.tiers import TierName
+
 
 def default_key_store_url() -> str:
     """``$TANDEM_HOME/gateway.db`` (default ``~/.cache/tandem/gateway.db``): a SQLite file."""
@@ -172,6 +174,48 @@ class RequestBounds(BaseModel):
     max_prompt_chars: int = Field(200_000, ge=1, description="Most characters of prompt text in total.")
 
 
+class UpstreamPolicy(BaseModel):
+    """An external OpenAI-compatible (or any litellm) endpoint that serves a tier while its local engine is
+    down. The API key is read from an environment variable; it never belongs in the config file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        description="litellm model string '<provider>/<model>': 'hosted_vllm/<name>' for a vLLM server, "
+        "'openai/<name>' for OpenAI or any OpenAI-compatible server, or any other litellm provider.",
+        pattern=r"^[A-Za-z0-9_.-]+/\S+$",
+    )
+    api_base: str | None = Field(
+        None,
+        description="Base URL of the upstream API (e.g. http://10.0.0.5:8000/v1); None: the provider's own.",
+        pattern=r"^https?://\S+$",
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding the upstream's API key; None sends none.",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+    )
+    timeout_s: float = Field(
+        60.0, gt=0, description="Request timeout given to litellm; an upstream slower than this is a 504."
+    )
+    cooldown_s: float = Field(
+        30.0,
+        gt=0,
+        description="After the local tier's engine fails, its traffic goes straight to the upstream for "
+        "this long; the next request after it tries the local engine again.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_file(cls, data: object) -> object:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "api_key: keys do not belong in the config file; put the key in an environment variable "
+                "and name that variable in `api_key_env`"
+            )
+        return data
+
+
 class GatewayPolicy(BaseModel):
     """The ``gateway:`` section of the Tandem config."""
 
@@ -183,6 +227,11 @@ class GatewayPolicy(BaseModel):
     guardrails: GuardrailPolicy = Field(default_factory=GuardrailPolicy)
     telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
     bounds: RequestBounds = Field(default_factory=RequestBounds)
+    upstreams: dict[TierName, UpstreamPolicy] = Field(
+        default_factory=dict,
+        description="Per tier, an external upstream used when the tier's local engine is unhealthy; a tier "
+        "without one fails over to the other local tier instead.",
+    )
 
     @model_validator(mode="after")
     def _unique_pattern_names(self) -> GatewayPolicy:
