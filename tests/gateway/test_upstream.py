@@ -393,9 +393,14 @@ def test_upstream_for_an_unknown_or_missing_tier(tmp_path: Path) -> None:
     assert "gateway.upstreams.fast: no tier named 'fast' is configured" in str(missing.value)
 
 
-def test_shipped_config_still_loads() -> None:
+def test_shipped_config_and_its_commented_upstream_example_load() -> None:
     from gateway.config import DEFAULT_CONFIG_PATH, load_config
 
     assert load_config(DEFAULT_CONFIG_PATH).gateway.upstreams == {}
+    lines = DEFAULT_CONFIG_PATH.read_text().splitlines()
+    start = lines.index("# gateway:")
+    example = [line[2:] for line in lines[start:] if line.startswith("# ")]
+    upstream = TandemConfig.model_validate(yaml.safe_load("\n".join(example))).gateway.upstreams["standard"]
+    assert upstream.api_key_env == "TANDEM_UPSTREAM_API_KEY" and upstream.cooldown_s == 30
     with pytest.raises(ValidationError):
         GatewayPolicy.model_validate({"upstreams": {"standard": {}}})
