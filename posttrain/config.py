@@ -48,6 +48,11 @@ class RewardConfig(BaseModel):
     length_penalty: float = Field(
         default=0.05, ge=0.0, description="Subtracted times the completion's fraction of its length budget."
     )
+    verify: Literal["auto", "serial", "ray"] = Field(
+        default="auto",
+        description="Where verdicts run: Ray tasks in parallel, in process, or auto (Ray when the batch "
+        "holds sandboxed terminal rollouts).",
+    )
 
 
 class EvalConfig(BaseModel):

@@ -13,6 +13,7 @@ from posttrain.formats import format_for
 from posttrain.guards import train_guarded
 from posttrain.run import CandidateResult
 from posttrain.trace import RolloutRecord
+from posttrain.verify import verify_batch
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +64,16 @@ def preference_pairs(
         prompt = rollout.messages(instance)
         correct: list[str] = []
         wrong: list[str] = []
-        for text in sample_completions(
+        texts = sample_completions(
             model,
             tokenizer,
             prompt,
             config.samples_per_prompt,
             config.max_completion_length,
             config.temperature,
-        ):
-            result, protocol = rollout.score(instance, text)
+        )
+        verdicts = verify_batch([instance] * len(texts), texts)
+        for text, (result, protocol) in zip(texts, verdicts, strict=True):
             (correct if result.correct else wrong).append(text)
             context.trace.write(
                 RolloutRecord(

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 from posttrain.config import RewardConfig
-from posttrain.formats import format_for
 from posttrain.pool import TaskPool
 from posttrain.trace import RolloutRecord, TraceWriter
+from posttrain.verify import verify_batch
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +71,12 @@ class VerifierReward:
         version = int(getattr(trainer_state, "global_step", 0))
         rewards: list[float | None] = []
         outcomes: list[bool] = []
-        for index, (prompt, completion, ident) in enumerate(
-            zip(prompts, completions, instance_id, strict=True)
+        instances = [self.pool.instance(ident) for ident in instance_id]
+        texts = [completion_text(completion) for completion in completions]
+        verdicts = verify_batch(instances, texts, self.config.verify)
+        for index, (prompt, text, ident, instance, (result, protocol)) in enumerate(
+            zip(prompts, texts, instance_id, instances, verdicts, strict=True)
         ):
-            instance = self.pool.instance(ident)
-            text = completion_text(completion)
-            result, protocol = format_for(instance.family).score(instance, text)
             length = len(completion_ids[index]) if completion_ids else len(text.split())
             fraction = length / self.max_completion_length
             reward = combine_reward(self.config, result.correct, result.score, protocol, fraction)
