@@ -70,7 +70,8 @@ class RequestContext:
 
 
 def _engine_failed(exc: BaseException) -> bool:
-    """A tier that died or is restarting (not a client mistake): worth one retry on the other tier."""
+    """A tier that died or is restarting (not a client mistake): worth one retry on its upstream or the
+    other tier."""
     text = f"{type(exc).__name__} {exc!r}"[:500]
     return any(
         name in text
@@ -213,12 +214,12 @@ class RequestPipeline:
             if not _engine_failed(exc):
                 raise
             if upstream is not None:
-                self.breaker.trip(engine, upstream.cooldown_s)
+                self.breaker.trip(engine, upstream.policy.cooldown_s)
                 log.warning(
                     "event=tier_failover from=%s to=upstream upstream=%s cooldown_s=%s error=%r",
                     tier,
-                    upstream.model,
-                    upstream.cooldown_s,
+                    upstream.policy.model,
+                    upstream.policy.cooldown_s,
                     repr(exc)[:200],
                 )
                 return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)

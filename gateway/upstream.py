@@ -29,7 +29,8 @@ RETRY_AFTER_S = 5
 
 
 class UpstreamError(GatewayError):
-    """The upstream failed or refused the gateway: 502 (bad answer, unreachable), 503 (busy), 504 (slow)."""
+    """The upstream failed: 502 (an error, or it refused the gateway's key), 503 with ``Retry-After``
+    (unreachable or overloaded), 504 (slower than the configured timeout)."""
 
     def __init__(self, status: int, message: str, *, code: str) -> None:
         super().__init__(status, message, code=code)
@@ -72,11 +73,13 @@ class UpstreamClient:
 
     def __init__(self, policy: UpstreamPolicy) -> None:
         self.policy = policy
-        self.model = policy.model
-        self.cooldown_s = policy.cooldown_s
         self.version = f"upstream:{policy.model}"
-        self._provider = policy.model.split("/", 1)[0]
         self._litellm = _litellm()
+        provider = policy.model.split("/", 1)[0]
+        supported = self._litellm.get_supported_openai_params(
+            model=policy.model, custom_llm_provider=provider
+        )
+        self._named_fields = frozenset(supported or ()) | _INPUTS
         self._api_key = os.environ.get(policy.api_key_env) if policy.api_key_env else None
         if policy.api_key_env and not self._api_key:
             log.error("event=upstream_key_missing model=%s env=%s", policy.model, policy.api_key_env)
@@ -104,14 +107,10 @@ class UpstreamClient:
 
     def _arguments(self, body: Any) -> dict[str, Any]:
         payload = body.model_dump(exclude_unset=True, exclude={"model"})
-        supported = set(
-            self._litellm.get_supported_openai_params(model=self.model, custom_llm_provider=self._provider)
-            or ()
-        )
         # What litellm does not know as an OpenAI parameter (vLLM's extensions) travels in the body as is.
-        extra = {name: payload.pop(name) for name in list(payload) if name not in supported | _INPUTS}
+        extra = {name: payload.pop(name) for name in list(payload) if name not in self._named_fields}
         request: dict[str, Any] = payload | {
-            "model": self.model,
+            "model": self.policy.model,
             "api_base": self.policy.api_base,
             "api_key": self._api_key,
             "timeout": self.policy.timeout_s,
@@ -131,7 +130,7 @@ class UpstreamClient:
 
     def _error(self, exc: Exception) -> UpstreamError:
         """The gateway's error for an upstream failure; the full cause goes to the log, not the client."""
-        log.warning("event=upstream_error model=%s error=%r", self.model, repr(exc)[:300])
+        log.warning("event=upstream_error model=%s error=%r", self.policy.model, repr(exc)[:300])
         litellm = self._litellm
         status = getattr(exc, "status_code", None)
         causes = list(_causes(exc))
