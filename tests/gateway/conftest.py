@@ -112,7 +112,6 @@ class OpenAIServer:
     model: str
     api_key: str
     log: Path
-    start_s: float
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +128,6 @@ def upstream_server() -> Iterator[OpenAIServer]:
             os.environ["TANDEM_TEST_UPSTREAM_MODEL"],
             os.environ["TANDEM_TEST_UPSTREAM_API_KEY"],
             Path("/dev/null"),
-            0.0,
         )
         return
     from serving.tiny import build_tiny_llama
@@ -166,7 +164,7 @@ def upstream_server() -> Iterator[OpenAIServer]:
                     f"vLLM's OpenAI server not ready after {UPSTREAM_START_TIMEOUT_S}s:\n{_tail(log)}"
                 )
             time.sleep(1)
-        yield OpenAIServer(f"{base}/v1", name, api_key, log, time.monotonic() - started)
+        yield OpenAIServer(f"{base}/v1", name, api_key, log)
     finally:
         process.send_signal(signal.SIGINT)
         try:
