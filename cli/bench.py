@@ -140,6 +140,12 @@ def bench_load(
     kill_fast: Annotated[
         bool, typer.Option(help="Kill the fast tier's replica a third of the way in.")
     ] = False,
+    ray_address: Annotated[
+        str,
+        typer.Option(
+            help="The gateway's Ray cluster (GCS host:port) for --kill-fast; 'auto': the newest local one."
+        ),
+    ] = "auto",
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
     """Bounded loopback load test: status codes, 5xx count, 429 shape; optionally with a replica killed."""
@@ -155,6 +161,7 @@ def bench_load(
             concurrency=concurrency,
             max_tokens=max_tokens,
             kill_fast=kill_fast,
+            ray_address=ray_address,
         )
     console.print_json(data={k: v for k, v in result.items() if not k.endswith("_samples")})
     for sample in result["server_error_samples"] + result["malformed_429_samples"]:

@@ -20,12 +20,12 @@ from infra.errors import TandemError
 MODELS = ("standard", "fast", "auto")
 
 
-def kill_fast_replica(app_name: str = "tandem") -> str:
-    """Kill the fast tier's LLMServer replica actor in the local Ray cluster; returns its name."""
+def kill_fast_replica(app_name: str = "tandem", ray_address: str = "auto") -> str:
+    """Kill the fast tier's LLMServer replica actor in the gateway's Ray cluster; returns its name."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="auto", log_to_driver=False)
+        ray.init(address=ray_address, log_to_driver=False)
     for actor in ray.util.list_named_actors(all_namespaces=True):
         name = actor["name"]
         if name.startswith(f"SERVE_REPLICA::{app_name}#LLMServer:tandem-fast#"):
@@ -44,6 +44,7 @@ async def _run(
     concurrency: int,
     max_tokens: int,
     kill_at: int | None,
+    ray_address: str,
 ) -> dict[str, Any]:
     url = f"{base_url}/v1/chat/completions"
     statuses: dict[int, int] = {}
@@ -61,7 +62,7 @@ async def _run(
                 index = next_index
                 next_index += 1
                 if kill_at is not None and index == kill_at and not killed:
-                    killed["replica"] = await asyncio.to_thread(kill_fast_replica)
+                    killed["replica"] = await asyncio.to_thread(kill_fast_replica, "tandem", ray_address)
                     killed["at_request"] = index
                     killed["at_s"] = round(time.perf_counter() - started, 2)
                 key = limited_key if limited_key and index % 10 == 0 else api_key
@@ -120,6 +121,7 @@ def run_load_test(
     concurrency: int = 64,
     max_tokens: int = 8,
     kill_fast: bool = False,
+    ray_address: str = "auto",
 ) -> dict[str, Any]:
     """Send ``requests`` chats at ``concurrency``; with ``kill_fast`` the fast replica dies a third in."""
     result = asyncio.run(
@@ -131,6 +133,7 @@ def run_load_test(
             concurrency,
             max_tokens,
             requests // 3 if kill_fast else None,
+            ray_address,
         )
     )
     return {"benchmark": "load", "created_at": datetime.now(UTC).isoformat(timespec="seconds")} | result
