@@ -1,4 +1,5 @@
-"""Ray Serve application builder for ``serve run`` / ``serve deploy`` / KubeRay ``RayService``.
+"""Ray Serve application builder for ``serve run`` / ``serve deploy`` / KubeRay ``RayService``, and the
+rollout deployer that changes a running application in place.
 
 ``import_path: gateway.serve_app:app_builder`` with ``args.config`` holding a ``TandemConfig`` mapping
 (the schema of ``infra/tandem.yaml``) builds the same application ``tandem serve`` runs.
@@ -6,20 +7,157 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+from pathlib import Path
 from typing import Any
 
-from gateway.app import build_gateway_app, prepare_release
-from gateway.config import TandemConfig
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.app import build_gateway_app, candidate_tiers, prepare_release
+from gateway.config import TandemConfig, load_config
 from infra.config import describe_validation_error
 from infra.errors import ConfigError
+from infra.rollout import ReleaseName, ReleaseSpec, RolloutConfig, RolloutError
+
+log = logging.getLogger(__name__)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """Build the gateway application from Serve config ``args`` (``{"config": {...TandemConfig...}}``)."""
-    from pydantic import ValidationError
-
     try:
         config = TandemConfig.model_validate(args.get("config") or {})
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "serve config args.config")) from exc
     return build_gateway_app(config, prepare_release(config))
+
+
+# ---------------------------------------------------------------------------------------------- rollout
+class ServeDeployerOptions(BaseModel):
+    """``deployment.options`` of a rollout that uses ``deployer: gateway.serve_app:ServeDeployer``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gateway_config: Path = Field(
+        description="The TandemConfig YAML the running `tandem serve` was started with."
+    )
+    dashboard_url: str = Field("http://127.0.0.1:8265", description="Ray dashboard of the gateway's cluster.")
+    app_name: str = Field("tandem", description="Serve application name (`tandem serve` uses 'tandem').")
+    auth_token_file: Path | None = Field(
+        None,
+        description="Ray's token for the dashboard API when token auth is on (Ray 2.60's default for `ray start`); "
+        "default: $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token when present.",
+    )
+    timeout_seconds: float = Field(600, gt=0, description="Most time a scale-up may take to serve.")
+    poll_seconds: float = Field(1.0, gt=0, description="How often Serve's state is read while scaling.")
+
+
+class ServeDeployer:
+    """Deploys and removes a release's tiers *inside* the running Serve application, in place.
+
+    Serve 2.60 versions every deployment of an application from its code and arguments: re-running
+    ``serve.run`` gives each deployment a fresh random version and a config deploy hashes the args, so
+    adding a deployment either way restarts every replica, stable engines included. What it does change in
+    place is a deployment's replica count. So ``tandem serve`` with ``canary.model`` builds the candidate's
+    tiers into the application at start (Serve refuses a deployment of 0 replicas there) under an external
+    scaler, and this deployer scales a release's tiers through the dashboard's ``.../deployments/{name}/scale``
+    endpoint: ``deploy`` to the tiers' configured replicas, waiting until they run; ``remove`` to 0 replicas.
+    Other deployments are never touched.
+    """
+
+    def __init__(self, rollout: RolloutConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+        try:
+            self.options = ServeDeployerOptions.model_validate(rollout.deployment.options)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, "rollout deployment.options")) from exc
+        self.gateway = load_config(self.options.gateway_config)
+        if self.gateway.canary.model != rollout.candidate.model:
+            raise RolloutError(
+                f"the gateway ({self.options.gateway_config}) has a candidate slot for "
+                f"{self.gateway.canary.model!r}, not {rollout.candidate.model!r}: start `tandem serve` with "
+                "canary.model set to the candidate (Serve restarts every replica of an application whose "
+                "arguments change, so a new candidate cannot be added to a running one in place)"
+            )
+        self.http = httpx.Client(
+            base_url=self.options.dashboard_url.rstrip("/"),
+            timeout=30,
+            headers=self._auth_headers(),
+            transport=transport,
+        )
+
+    def _auth_headers(self) -> dict[str, str]:
+        token = os.environ.get("RAY_AUTH_TOKEN")
+        path = self.options.auth_token_file or Path(
+            os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+        )
+        if not token and path.is_file():
+            token = path.read_text().strip()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _tiers(self, release: ReleaseName) -> dict[str, int]:
+        """Deployment name -> configured replicas of each of the release's tiers."""
+        stable = {tier.model_id: tier.replicas for tier in self.gateway.tiers}
+        tiers = (
+            stable if release == "stable" else {t.model_id: t.replicas for t in candidate_tiers(self.gateway)}
+        )
+        return {deployment_name(model_id): replicas for model_id, replicas in tiers.items()}
+
+    def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        """Scale the release's tiers to their configured replicas; return once every replica runs."""
+        self._scale(release, self._tiers(release))
+
+    def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+        """Scale the release's tiers to 0 replicas (Serve drains their in-flight requests first)."""
+        self._scale(release, dict.fromkeys(self._tiers(release), 0))
+
+    def replicas(self) -> dict[str, list[dict[str, Any]]]:
+        """Every deployment of the application -> its replicas (``replica_id``, ``actor_id``, ``pid``, ``state``)."""
+        try:
+            response = self.http.get("/api/serve/applications/")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise RolloutError(f"cannot read Serve's state from {self.options.dashboard_url}: {exc}") from exc
+        application = response.json().get("applications", {}).get(self.options.app_name)
+        if application is None:
+            raise RolloutError(
+                f"no Serve application {self.options.app_name!r} at {self.options.dashboard_url}"
+            )
+        return {name: d.get("replicas", []) for name, d in application["deployments"].items()}
+
+    def _scale(self, release: ReleaseName, targets: dict[str, int]) -> None:
+        app = self.options.app_name
+        for name, count in targets.items():
+            try:
+                response = self.http.post(
+                    f"/api/v1/applications/{app}/deployments/{name}/scale",
+                    json={"target_num_replicas": count},
+                )
+            except httpx.HTTPError as exc:
+                raise RolloutError(f"scale {name} to {count}: {exc}") from exc
+            if response.status_code != 200:
+                raise RolloutError(
+                    f"scale {name} to {count}: HTTP {response.status_code}: {response.text[:300]}"
+                )
+            log.info("event=serve_scale release=%s deployment=%s replicas=%d", release, name, count)
+        deadline = time.monotonic() + self.options.timeout_seconds
+        while True:
+            replicas = self.replicas()
+            # Done when each deployment has exactly its target, all RUNNING (stopping ones still count).
+            pending = {
+                name: f"{sum(r.get('state') == 'RUNNING' for r in replicas.get(name, []))}/{count} running, "
+                f"{len(replicas.get(name, []))} listed"
+                for name, count in targets.items()
+                if [r.get("state") for r in replicas.get(name, [])] != ["RUNNING"] * count
+            }
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise RolloutError(f"{release} tiers did not reach their replica counts in time: {pending}")
+            time.sleep(self.options.poll_seconds)
+
+
+def deployment_name(model_id: str) -> str:
+    """The Serve deployment Ray Serve LLM names after a tier's model id."""
+    return "LLMServer:" + model_id.replace("/", "--").replace(".", "_")

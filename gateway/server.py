@@ -48,11 +48,14 @@ def start_gateway(
     progress("preparing model artifacts")
     resolved = prepare_release(config)
     progress("starting Ray")
+    # A candidate slot is scaled in place by the rollout deployer (gateway.serve_app.ServeDeployer) through
+    # the dashboard's scale endpoint, which Serve opens only to applications run with an external scaler.
+    in_place_rollout = bool(config.canary.model)
     if not ray.is_initialized():
         if config.ray.address:
             ray.init(address=config.ray.address, log_to_driver=False)
         else:
-            ray.init(num_cpus=config.ray.num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=config.ray.num_cpus, include_dashboard=in_place_rollout, log_to_driver=False)
     serve.start(http_options={"host": config.server.host, "port": config.server.port})
     app = build_gateway_app(config, resolved)
     progress("deploying tiers (engines load the weights)")
@@ -62,7 +65,7 @@ def start_gateway(
 
     def deploy() -> None:
         try:
-            serve.run(app, name=APP_NAME, route_prefix="/")
+            serve.run(app, name=APP_NAME, route_prefix="/", external_scaler_enabled=in_place_rollout)
         except BaseException as exc:
             failure.append(exc)
 

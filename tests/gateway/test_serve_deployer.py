@@ -1,0 +1,116 @@
+"""ServeDeployer against a fake Ray dashboard: which deployments it scales, to what, and when it returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.serve_app import ServeDeployer, deployment_name
+from infra.errors import ConfigError
+from infra.rollout import RolloutConfig, RolloutError
+
+CANDIDATE = "smollm2-135m-instruct@v2"
+STABLE_TIERS = (deployment_name("tandem-standard"), deployment_name("tandem-fast"))
+CANDIDATE_TIERS = (deployment_name("tandem-standard-candidate"), deployment_name("tandem-fast-candidate"))
+
+
+class FakeDashboard:
+    """Serve's REST API as the deployer sees it: replicas start after one poll, stop after one poll."""
+
+    def __init__(self, *, external_scaler: bool = True) -> None:
+        self.external_scaler = external_scaler
+        self.targets = dict.fromkeys((*STABLE_TIERS, *CANDIDATE_TIERS), 1) | {"TandemIngress": 1}
+        self.replicas: dict[str, list[dict[str, Any]]] = {
+            name: [self._replica(name, "RUNNING")] for name in self.targets
+        }
+        self.scaled: list[tuple[str, int]] = []
+
+    @staticmethod
+    def _replica(name: str, state: str) -> dict[str, Any]:
+        return {"replica_id": f"{name}-r", "actor_id": f"actor-{name}", "pid": 1, "state": state}
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            if not self.external_scaler:
+                return httpx.Response(412, json={"error": "external_scaler_enabled=false"})
+            name = request.url.path.split("/deployments/")[1].removesuffix("/scale")
+            count = json.loads(request.content)["target_num_replicas"]
+            self.scaled.append((name, count))
+            self.targets[name] = count
+            self.replicas[name] = [
+                self._replica(name, "STARTING" if count else "STOPPING") for _ in range(max(count, 1))
+            ]
+            return httpx.Response(200, json={"message": "Scaling request received."})
+        applications = {
+            "tandem": {
+                "deployments": {name: {"replicas": replicas} for name, replicas in self.replicas.items()}
+            }
+        }
+        # The next read sees the scaling done.
+        self.replicas = {
+            name: [self._replica(name, "RUNNING") for _ in range(self.targets[name])] for name in self.targets
+        }
+        return httpx.Response(200, json={"applications": applications})
+
+
+def _rollout(tmp_path: Path, candidate: str = CANDIDATE) -> RolloutConfig:
+    gateway = tmp_path / "tandem.yaml"
+    tiers = [
+        {"name": "standard", "model_id": "tandem-standard"},
+        {"name": "fast", "model_id": "tandem-fast", "speculative": {"method": "ngram"}},
+    ]
+    gateway.write_text(yaml.safe_dump({"tiers": tiers, "canary": {"model": CANDIDATE}}))
+    return RolloutConfig.model_validate({
+        "name": "unit",
+        "stable": {"model": "smollm2-135m-instruct@base"},
+        "candidate": {"model": candidate},
+        "gate": {"path": str(tmp_path / "gate.md")},
+        "steps": [{"weight": 100}],
+        "deployment": {
+            "deployer": "gateway.serve_app:ServeDeployer",
+            "options": {"gateway_config": str(gateway), "dashboard_url": "http://dashboard", "poll_seconds": 0.01},
+        },
+    })  # fmt: skip
+
+
+def test_deploy_and_remove_scale_only_that_release(tmp_path: Path) -> None:
+    dashboard = FakeDashboard()
+    config = _rollout(tmp_path)
+    deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
+    deployer.deploy("candidate", config.candidate)
+    assert dashboard.scaled == [(name, 1) for name in CANDIDATE_TIERS]
+    deployer.remove("stable", config.stable)
+    assert dashboard.scaled[2:] == [(name, 0) for name in STABLE_TIERS]
+    assert {name: len(replicas) for name, replicas in deployer.replicas().items()} == {
+        STABLE_TIERS[0]: 0,
+        STABLE_TIERS[1]: 0,
+        CANDIDATE_TIERS[0]: 1,
+        CANDIDATE_TIERS[1]: 1,
+        "TandemIngress": 1,
+    }
+
+
+def test_refused_scale_names_the_deployment_and_the_cause(tmp_path: Path) -> None:
+    config = _rollout(tmp_path)
+    deployer = ServeDeployer(
+        config, transport=httpx.MockTransport(FakeDashboard(external_scaler=False).handle)
+    )
+    with pytest.raises(RolloutError, match=r"scale LLMServer:tandem-standard-candidate to 0: HTTP 412"):
+        deployer.remove("candidate", config.candidate)
+
+
+def test_a_gateway_without_this_candidate_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RolloutError, match="candidate slot for 'smollm2-135m-instruct@v2'"):
+        ServeDeployer(_rollout(tmp_path, candidate="smollm2-135m-instruct@v3"))
+
+
+def test_unknown_option_names_the_field(tmp_path: Path) -> None:
+    config = _rollout(tmp_path)
+    config.deployment.options["dashbord_url"] = "http://typo"
+    with pytest.raises(ConfigError, match="dashbord_url"):
+        ServeDeployer(config)
