@@ -22,14 +22,18 @@ def eval_command(
     seed: int = typer.Option(0, "--seed"),
     difficulty: str | None = typer.Option(None, "--difficulty", help="easy | medium | hard (default: all)"),
     rotation_key: str = typer.Option("r0", "--rotation-key", help="Changes the test split's instances."),
-    max_samples: int = typer.Option(4, "--max-samples", min=1, help="Samples run concurrently."),
+    max_samples: int = typer.Option(4, "--max-samples", min=1, help="Samples run concurrently per family."),
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Output tokens per model turn."),
+    max_tasks: int | None = typer.Option(
+        None, "--max-tasks", min=1, help="Families run at once (default: all of them)."
+    ),
 ) -> None:
     """Run the eval suite against a model and write Inspect logs; exit 1 if any task did not complete."""
     from evalsuite.runner import run_eval
 
     paths = run_eval(model, [f.strip() for f in families.split(",") if f.strip()], split, limit, base_url,
-                     log_dir, seed, difficulty, rotation_key, max_samples, max_tokens=max_tokens)  # fmt: skip
+                     log_dir, seed, difficulty, rotation_key, max_samples, max_tokens=max_tokens,
+                     max_tasks=max_tasks)  # fmt: skip
     from inspect_ai.log import read_eval_log
 
     failed = 0

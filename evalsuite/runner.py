@@ -72,6 +72,7 @@ def run_eval(
     max_samples: int = 4,
     display: str = "none",
     max_tokens: int = 512,
+    max_tasks: int | None = None,
 ) -> list[Path]:
     """Evaluate ``model`` (name or Inspect ``Model``) on the suite; returns the Inspect log files written."""
     from inspect_ai import eval as inspect_eval
@@ -79,8 +80,10 @@ def run_eval(
     tasks = build_tasks(list(families or FAMILIES), split, limit, seed, difficulty, rotation_key)
     resolved = resolve_model(model, base_url) if isinstance(model, str) else model
     # Without a cap an OpenAI-compatible server may decode up to the whole context window per turn.
+    # Families run side by side by default: a served model batches their requests, one at a time idles it.
     logs = inspect_eval(tasks, model=resolved, log_dir=str(log_dir), max_samples=max_samples,
-                        display=display, fail_on_error=False, max_tokens=max_tokens)  # type: ignore[arg-type]  # fmt: skip
+                        max_tasks=max_tasks or len(tasks), fail_on_error=False, max_tokens=max_tokens,
+                        display=display)  # type: ignore[arg-type]  # fmt: skip
     failed = [lg for lg in logs if lg.status != "success"]
     for eval_log in failed:
         log.warning("event=eval_incomplete task=%s status=%s error=%s", eval_log.eval.task, eval_log.status,
