@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 5 measurement: `tandem eval` of the base and of a post-trained candidate at the same seeds, each
+# served by its own `tandem serve` (standard tier, bench/posttrain/gateway-eval.yaml) one after the other
+# on a private Ray head, then `tandem gate` with bench/posttrain/gate-standard-tier.yaml.
+# Usage: bench/posttrain/eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]
+#   e.g. bench/posttrain/eval-gate.sh tandem-candidate@sft-documents-r5 30 /tmp/pt
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+candidate="${1:?usage: eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]}"
+limit="${2:-30}"
+out="${3:-$(mktemp -d /tmp/tandem-eval-gate-XXXX)}"
+base="${BASE_REF:-smollm2-135m-instruct@base}"
+families="${FAMILIES:-documents,terminal,agent}"
+max_tokens="${MAX_TOKENS:-256}"
+port="${PORT:-8020}"
+ray_port=$((port + 1000))
+mkdir -p "$out"
+export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
+cleanup() {
+  [[ -n "${serve_pid:-}" ]] && kill -INT "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
+  [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+setsid .venv/bin/ray start --head --block --port="$ray_port" --num-cpus=8 --include-dashboard=false \
+  --temp-dir="$out/ray" >"$out/ray.log" 2>&1 &
+head_pid=$!
+sleep 15
+
+evaluate() {  # label model-ref
+  local label="$1" ref="$2"
+  sed -e "s|^model: .*|model: $ref|" -e "s|port: 8000|port: $port|" bench/posttrain/gateway-eval.yaml \
+    > "$out/$label.yaml"
+  printf 'ray: {address: "127.0.0.1:%s"}\n' "$ray_port" >> "$out/$label.yaml"
+  .venv/bin/tandem serve --config "$out/$label.yaml" >"$out/serve-$label.log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 600); do
+    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$serve_pid" 2>/dev/null || { tail -40 "$out/serve-$label.log"; exit 1; }
+    sleep 2
+  done
+  local started=$SECONDS
+  .venv/bin/tandem eval --model tandem-standard --base-url "http://127.0.0.1:$port/v1" \
+    --families "$families" --split test --seed 0 --limit "$limit" --max-tokens "$max_tokens" \
+    --max-samples 8 --log-dir "$out/logs-$label" 2>&1 | tee "$out/eval-$label.log"
+  echo "eval $label ($ref): $((SECONDS - started)) s" | tee -a "$out/timing.txt"
+  kill -INT "$serve_pid" && wait "$serve_pid" 2>/dev/null || true
+  serve_pid=""
+}
+
+evaluate base "$base"
+evaluate candidate "$candidate"
+.venv/bin/tandem gate --candidate "$out/logs-candidate" --baseline "$out/logs-base" \
+  --policy bench/posttrain/gate-standard-tier.yaml --report-dir "$out/gate" 2>&1 | tee "$out/gate.log"
