@@ -166,4 +166,9 @@ def bench_load(
     console.print_json(data={k: v for k, v in result.items() if not k.endswith("_samples")})
     for sample in result["server_error_samples"] + result["malformed_429_samples"]:
         console.print(f"[red]{sample}[/]")
+    auth_failures = result["statuses"].get("401", 0) + result["statuses"].get("403", 0)
+    if auth_failures == result["requests"]:
+        # Nothing reached a model: a wrong key measures the auth path, not the load; keep no result.
+        console.print(f"[red]every request was refused ({auth_failures} x 401/403): check --api-key[/]")
+        raise typer.Exit(1)
     console.print(f"written: {write_result(result, out, 'load-kill' if kill_fast else 'load')}")

@@ -28,8 +28,9 @@ setsid .venv/bin/ray start --head --block --port="$ray_port" --num-cpus=8 --incl
   --temp-dir="$work/ray" >"$work/ray.log" 2>&1 &
 head_pid=$!
 sleep 15
-big="$(.venv/bin/tandem keys create load --rpm 100000 --tpm 100000000 --store "$work/keys.db" | grep -o 'tk-[A-Za-z0-9_-]*' | head -1)"
-small="$(.venv/bin/tandem keys create limited --rpm 5 --store "$work/keys.db" | grep -o 'tk-[A-Za-z0-9_-]*' | head -1)"
+longest() { grep -o 'tk-[A-Za-z0-9_-]*' | awk 'length($0) > length(k) { k = $0 } END { print k }'; }  # not the id
+big="$(COLUMNS=200 .venv/bin/tandem keys create load --rpm 100000 --tpm 100000000 --store "$work/keys.db" | longest)"
+small="$(COLUMNS=200 .venv/bin/tandem keys create limited --rpm 5 --store "$work/keys.db" | longest)"
 .venv/bin/tandem serve --config "$work/tandem.yaml" >"$work/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 600); do
