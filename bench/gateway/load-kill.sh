@@ -10,8 +10,9 @@ port="${2:-8010}"
 work="$(mktemp -d /tmp/tandem-load-kill-XXXX)"
 ray_port=$((port + 1000))
 export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
+# SIGTERM: a background job of a non-interactive shell ignores SIGINT.
 cleanup() {  # only this script's processes: other Ray clusters on the machine are left alone
-  [[ -n "${serve_pid:-}" ]] && kill -INT "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
+  [[ -n "${serve_pid:-}" ]] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
   [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
 }
 trap cleanup EXIT

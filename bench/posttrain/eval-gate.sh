@@ -16,8 +16,9 @@ port="${PORT:-8020}"
 ray_port=$((port + 1000))
 mkdir -p "$out"
 export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
+# SIGTERM: a background job of a non-interactive shell ignores SIGINT.
 cleanup() {
-  [[ -n "${serve_pid:-}" ]] && kill -INT "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
+  [[ -n "${serve_pid:-}" ]] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
   [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -43,7 +44,7 @@ evaluate() {  # label model-ref
     --families "$families" --split test --seed 0 --limit "$limit" --max-tokens "$max_tokens" \
     --max-samples 8 --log-dir "$out/logs-$label" 2>&1 | tee "$out/eval-$label.log"
   echo "eval $label ($ref): $((SECONDS - started)) s" | tee -a "$out/timing.txt"
-  kill -INT "$serve_pid" && wait "$serve_pid" 2>/dev/null || true
+  kill -TERM "$serve_pid" && wait "$serve_pid" 2>/dev/null || true
   serve_pid=""
 }
 
