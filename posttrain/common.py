@@ -63,7 +63,8 @@ class StageContext:
         rank = self.config.train.lora_rank
         return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
 
-    def trainer_args(self) -> dict[str, Any]:
+    def trainer_args(self, replay: int = 0) -> dict[str, Any]:
+        """The Trainer's arguments; ``replay`` (rollbacks so far) reshuffles the data after a rollback."""
         train = self.config.train
         return {
             "output_dir": str(self.run_dir),
@@ -76,6 +77,10 @@ class StageContext:
             "save_steps": train.save_steps,
             "save_total_limit": 3,
             "seed": train.seed,
+            # The same seed would feed the same batches again and reproduce the spike that caused the
+            # rollback (a spike is often the data); a new order of the same data goes past it. Still a pure
+            # function of the run state, so resuming after a crash stays exact.
+            "data_seed": train.seed + 1000 * replay,
             "report_to": "none",
             "use_cpu": True,
             "bf16": train.dtype == "bfloat16",

@@ -135,8 +135,8 @@ def posttrain_dpo(
         )
     dataset = Dataset.from_list(pairs)
 
-    def make_trainer(callbacks: list[Any]) -> Any:
-        args = DPOConfig(**context.trainer_args(), beta=config.beta, max_length=config.train.max_length)
+    def make_trainer(callbacks: list[Any], replay: int) -> Any:
+        args = DPOConfig(**context.trainer_args(replay), beta=config.beta, max_length=config.train.max_length)
         return DPOTrainer(
             model=context.load_model(),
             args=args,

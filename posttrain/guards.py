@@ -185,7 +185,7 @@ class GuardedResult(BaseModel):
 
 
 def train_guarded(
-    make_trainer: Callable[[list[TrainerCallback]], Any],
+    make_trainer: Callable[[list[TrainerCallback], int], Any],
     run_dir: Path,
     digest: str,
     config: GuardConfig,
@@ -200,8 +200,9 @@ def train_guarded(
 ) -> tuple[Any, GuardedResult]:
     """Train to the end under the guards; returns the final trainer and what happened.
 
-    ``make_trainer(callbacks)`` must build a fresh trainer (model loaded from the base) each call, writing
-    checkpoints under ``run_dir``. ``state_hooks`` = (export, restore) of extra state (the task pool).
+    ``make_trainer(callbacks, replay)`` must build a fresh trainer (model loaded from the base) each call,
+    writing checkpoints under ``run_dir``; ``replay`` is the number of rollbacks so far, for
+    ``StageContext.trainer_args(replay)`` (a new data order after a rollback). ``state_hooks`` = (export, restore) of extra state (the task pool).
     """
     guard_state = new_guard_state(config)
 
@@ -231,7 +232,7 @@ def train_guarded(
 
         guard = GuardCallback(config, guard_state, run_state, trace, stage, held_out, prior_history=history)
         budget = [TimeBudgetCallback(time_budget_s)] if time_budget_s else []
-        trainer = make_trainer([*(extra_callbacks or []), guard, *budget])
+        trainer = make_trainer([*(extra_callbacks or []), guard, *budget], guard_state.rollbacks)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         history = history + guard.history
         if guard.canary_fired:

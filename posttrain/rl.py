@@ -62,13 +62,13 @@ def posttrain_rl(
     )
     before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
 
-    def make_trainer(callbacks: list[Any]) -> Any:
+    def make_trainer(callbacks: list[Any], replay: int) -> Any:
         dataset = IterableDataset.from_generator(
             prompt_stream, gen_kwargs={"context": context, "seed": train.seed}
         )
         args = GRPOConfig(
             **{
-                **context.trainer_args(),
+                **context.trainer_args(replay),
                 "per_device_train_batch_size": train.batch_size * config.num_generations,
             },
             num_generations=config.num_generations,

@@ -61,8 +61,10 @@ def posttrain_sft(
     dataset = Dataset.from_list(rows)
     before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
 
-    def make_trainer(callbacks: list[Any]) -> Any:
-        args = SFTConfig(**context.trainer_args(), max_length=train.max_length, completion_only_loss=True)
+    def make_trainer(callbacks: list[Any], replay: int) -> Any:
+        args = SFTConfig(
+            **context.trainer_args(replay), max_length=train.max_length, completion_only_loss=True
+        )
         return SFTTrainer(
             model=context.load_model(),
             args=args,

@@ -4,6 +4,8 @@
 # on a private Ray head, then `tandem gate` with bench/posttrain/gate-standard-tier.yaml.
 # Usage: bench/posttrain/eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]
 #   e.g. bench/posttrain/eval-gate.sh tandem-candidate@sft-documents-r5 30 /tmp/pt
+# ONLY=base or ONLY=candidate runs one side (the base can be measured while the candidate trains); the gate
+# runs once both sides' logs are in OUT_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 candidate="${1:?usage: eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]}"
@@ -48,7 +50,11 @@ evaluate() {  # label model-ref
   serve_pid=""
 }
 
-evaluate base "$base"
-evaluate candidate "$candidate"
+case "${ONLY:-both}" in
+  base) evaluate base "$base" ;;
+  candidate) evaluate candidate "$candidate" ;;
+  *) evaluate base "$base"; evaluate candidate "$candidate" ;;
+esac
+[[ -d "$out/logs-base" && -d "$out/logs-candidate" ]] || exit 0
 .venv/bin/tandem gate --candidate "$out/logs-candidate" --baseline "$out/logs-base" \
   --policy bench/posttrain/gate-standard-tier.yaml --report-dir "$out/gate" 2>&1 | tee "$out/gate.log"
