@@ -87,7 +87,12 @@ class TierConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     speculative: SpeculativeConfig | None = Field(None, description="Set for the fast tier only.")
     replicas: int = Field(1, ge=1)
-    num_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the engine's placement-group bundle.")
+    num_cpus: float = Field(
+        1.0,
+        gt=0,
+        description="CPUs for the engine in its placement-group bundle; Serve LLM adds the replica actor's 1 "
+        "CPU, so a replica reserves num_cpus + 1 on one node.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TierConfig:
