@@ -38,7 +38,7 @@ from infra.rollout import RolloutConfig
 from infra.rollout_controller import RolloutPhase, open_controller
 from tests.conftest import REPO, _tail, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.rollout_e2e]
 
 STABLE = "smollm2-135m-instruct@base"
 STABLE_DEPLOYMENT = deployment_name("tandem-standard")
