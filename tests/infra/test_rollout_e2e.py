@@ -239,8 +239,17 @@ def _rollout_config(work: Path, gateway: RunningGateway, candidate: str) -> Roll
     })  # fmt: skip
 
 
-def _replica_ids(deployer: ServeDeployer, name: str) -> set[tuple[str, int]]:
-    return {(r["actor_id"], r["pid"]) for r in deployer.replicas().get(name, []) if r["state"] == "RUNNING"}
+def _replica_ids(deployer: ServeDeployer, name: str, wait_s: float = 0) -> set[tuple[str, int]]:
+    """Running replicas (actor id, pid); with ``wait_s``, ask again while Serve lists none (in the full
+    suite the dashboard once answered an empty list right after the candidate's deployment)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = {
+            (r["actor_id"], r["pid"]) for r in deployer.replicas().get(name, []) if r["state"] == "RUNNING"
+        }
+        if running or time.monotonic() >= deadline:
+            return running
+        time.sleep(1)
 
 
 def _drive(config: RolloutConfig, work: Path, registry: FileRegistry) -> tuple[Any, dict[str, Any]]:
@@ -255,8 +264,8 @@ def _drive(config: RolloutConfig, work: Path, registry: FileRegistry) -> tuple[A
             (round(time.monotonic() - started, 1), state.phase.value, state.weights["candidate"])
         )
         if "after_deploy" not in seen and state.phase is RolloutPhase.RUNNING:
-            seen["after_deploy"] = _replica_ids(controller.deployer, STABLE_DEPLOYMENT)
-            seen["candidate_replicas"] = _replica_ids(controller.deployer, CANDIDATE_DEPLOYMENT)
+            seen["after_deploy"] = _replica_ids(controller.deployer, STABLE_DEPLOYMENT, wait_s=30)
+            seen["candidate_replicas"] = _replica_ids(controller.deployer, CANDIDATE_DEPLOYMENT, wait_s=30)
         if state.terminal:
             break
         time.sleep(2)
