@@ -42,7 +42,7 @@ test: install lint typecheck
 	$(VENV)/bin/pytest -q -ra -m "not rollout_e2e"
 
 # The end-to-end rollouts (two real tandem serve runs on the bundled model, ~11 min). Kept out of `make test`:
-# they passed alone and beside a training run, but one failed inside the full suite for a reason not yet found.
+# they passed alone and beside a training run; inside the full suite one failed once on an empty replica sample.
 test-e2e: install
 	$(VENV)/bin/pytest -q -ra -m rollout_e2e
 
