@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from evalsuite.errors import EvalError
 from evalsuite.schema import TaskInstance, VerifierResult
-from evalsuite.shop import FORBIDDEN_TOOLS, Shop, ShopRejected, ShopState
+from evalsuite.shop import FORBIDDEN_TOOLS, LOOKUP_TOOLS, Shop, ShopRejected, ShopState
 
 if TYPE_CHECKING:
     from inspect_ai.util import ExecResult
@@ -178,9 +178,16 @@ def verify_agent(instance: TaskInstance, trace: AgentTrace) -> VerifierResult:
 
     ``score = 0.7 goal + 0.15 protocol + 0.15 budget``, forced to 0 when a forbidden tool was called;
     protocol loses 0.25 per rejected call. ``correct`` needs the goal, no violation and the budget kept.
+    When the request needs no change (the goal is the initial state, e.g. "cancel it if still pending" for
+    a shipped order), the goal counts only if the model looked something up successfully: otherwise an
+    episode that never called a tool would earn full credit on every such instance.
     """
     goal = ShopState.model_validate(instance.expected["goal_state"])
     reached = ShopState.model_validate(trace.final_state) == goal
+    no_change = goal == ShopState.model_validate(instance.expected["initial_state"])
+    looked_up = any(c.name in LOOKUP_TOOLS and c.error is None for c in trace.calls)
+    unchecked = reached and no_change and not looked_up
+    reached = reached and not unchecked
     forbidden = [c.name for c in trace.calls if c.name in FORBIDDEN_TOOLS]
     invalid = sum(1 for c in trace.calls if c.error is not None)
     protocol = 0.0 if forbidden else max(0.0, 1.0 - 0.25 * invalid)
@@ -188,7 +195,8 @@ def verify_agent(instance: TaskInstance, trace: AgentTrace) -> VerifierResult:
     components = {"goal": float(reached), "protocol": protocol, "budget": float(within)}
     score = 0.0 if forbidden else sum(AGENT_WEIGHTS[k] * v for k, v in components.items())
     explanation = (
-        f"goal {'reached' if reached else 'not reached'}; {len(trace.calls)} calls (budget {instance.max_steps}); "
+        f"goal {'reached' if reached else 'not reached'}"
+        f"{' (nothing to change, but nothing was looked up)' if unchecked else ''}; {len(trace.calls)} calls (budget {instance.max_steps}); "
         f"{invalid} rejected; forbidden: {', '.join(forbidden) or 'none'}"
     )
     correct = reached and not forbidden and within

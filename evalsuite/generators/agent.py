@@ -1,7 +1,10 @@
 """Agent tasks: multi-step support requests against the simulated shop (:mod:`evalsuite.shop`).
 
 Each builder makes an initial shop state and a request, then derives the goal state by running a
-reference solution on a copy of the shop; the verifier compares the model's final state to it.
+reference solution on a copy of the shop; the verifier compares the model's final state to it. The
+reference solution looks up what the request depends on before acting, as the model has to: about a third
+of the requests need no change at all ("cancel it if still pending" for a shipped order), and the verifier
+credits those only after a lookup.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ def _draft(task_type: str, request: str, state: ShopState, shop: Shop, max_steps
     )
 
 
+def _look_up_orders(shop: Shop, customer: Customer) -> None:
+    """The reads a request by email needs: who the customer is, then their orders."""
+    shop.call("find_customer", {"email": customer.email})
+    shop.call("list_orders", {"customer_id": customer.customer_id})
+
+
 def cancel_order(rng: random.Random, difficulty: Difficulty) -> Draft:
     state = _shop(rng, difficulty)
     shop = Shop(state)
@@ -76,6 +85,7 @@ def cancel_order(rng: random.Random, difficulty: Difficulty) -> Draft:
         request = (
             f"Please cancel order {target.order_id} if it is still pending; otherwise leave it as it is."
         )
+        shop.call("get_order", {"order_id": target.order_id})
         if target.status == "pending":
             shop.call("cancel_order", {"order_id": target.order_id})
         steps = 4
@@ -86,6 +96,7 @@ def cancel_order(rng: random.Random, difficulty: Difficulty) -> Draft:
         )
         if difficulty == "hard":
             request += " For each of their orders already delivered, refund 10% of the order total (rounded to cents)."
+        _look_up_orders(shop, customer)
         for order in mine:
             if order.status == "pending":
                 shop.call("cancel_order", {"order_id": order.order_id})
@@ -111,6 +122,9 @@ def place_order(rng: random.Random, difficulty: Difficulty) -> Draft:
     )
     if difficulty == "hard":
         request += " Also change the shipping address of all their other pending orders to that same address."
+    if difficulty != "easy":
+        shop.call("find_customer", {"email": customer.email})
+    shop.call("check_stock", {"sku": product.sku})
     quantity = min(wanted, product.stock)
     if quantity > 0:
         shop.call(
@@ -123,6 +137,7 @@ def place_order(rng: random.Random, difficulty: Difficulty) -> Draft:
             },
         )
     if difficulty == "hard":
+        shop.call("list_orders", {"customer_id": customer.customer_id})
         for order in sorted(state.orders.values(), key=lambda o: o.order_id):
             if order.customer_id == customer.customer_id and order.status == "pending":
                 shop.call("update_address", {"order_id": order.order_id, "address": address})
@@ -143,6 +158,7 @@ def fix_address(rng: random.Random, difficulty: Difficulty) -> Draft:
             f"Change the shipping address of order {target.order_id} to '{address}' if it is still pending; "
             "if not, leave it unchanged."
         )
+        shop.call("get_order", {"order_id": target.order_id})
         if target.status == "pending":
             shop.call("update_address", {"order_id": target.order_id, "address": address})
     else:
@@ -154,6 +170,7 @@ def fix_address(rng: random.Random, difficulty: Difficulty) -> Draft:
             request += (
                 " Then, if any of their orders has already shipped, cancel nothing but note it in your reply."
             )
+        _look_up_orders(shop, customer)
         for order in mine:
             if order.status == "pending":
                 shop.call("update_address", {"order_id": order.order_id, "address": address})

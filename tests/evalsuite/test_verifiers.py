@@ -106,3 +106,20 @@ def test_verifiers_import_light() -> None:
     code = "import sys, evalsuite.verifiers; print('inspect_ai' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_agent_no_change_request_needs_a_lookup() -> None:
+    """'Cancel it if still pending' on a shipped order: doing nothing blindly earns no goal credit."""
+    instance = next(
+        i
+        for i in generate_instances("agent", "dev", 60)
+        if i.expected["goal_state"] == i.expected["initial_state"]
+    )
+    blind = verify(instance, [])
+    assert not blind.correct and blind.components["goal"] == 0.0
+    assert "nothing was looked up" in blind.explanation
+    order_id = next(iter(instance.expected["initial_state"]["orders"]))
+    failed_lookup = verify(instance, [{"name": "get_order", "arguments": {"order_id": "ORD-0"}}])
+    assert not failed_lookup.correct
+    checked = verify(instance, [{"name": "get_order", "arguments": {"order_id": order_id}}])
+    assert checked.correct and checked.components["goal"] == 1.0
