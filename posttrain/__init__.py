@@ -23,6 +23,7 @@ from posttrain.errors import (
     RewardHackingDetected,
     TraceCorrupted,
     TrainingDiverged,
+    TrainingInterrupted,
     UnsupportedFamily,
 )
 from posttrain.formats import RolloutFormat, format_for, rollout_format
@@ -67,6 +68,7 @@ __all__ = [
     "TraceWriter",
     "TrainConfig",
     "TrainingDiverged",
+    "TrainingInterrupted",
     "UnsupportedFamily",
     "VerifierReward",
     "combine_reward",

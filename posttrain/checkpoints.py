@@ -33,11 +33,15 @@ class RunState(BaseModel):
     guards: dict[str, Any] = Field(default_factory=dict)
     trace_records: int = 0
     history: list[dict[str, float]] = Field(default_factory=list)
+    train_seconds: float = Field(0.0, description="Training time the run had spent when this was saved.")
 
 
 def config_digest(config: BaseModel) -> str:
-    """Digest of the settings that must match to resume (output settings excluded)."""
-    payload = config.model_dump(mode="json", exclude={"output"})
+    """Digest of the settings that must match to resume.
+
+    Output settings and the time budget are excluded: a resumed run may write elsewhere or get more time.
+    """
+    payload = config.model_dump(mode="json", exclude={"output": True, "train": {"time_budget_s"}})
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

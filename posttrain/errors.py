@@ -31,3 +31,9 @@ class TrainingDiverged(PosttrainError):
     """Loss or gradient-norm spikes persisted after every allowed rollback."""
 
     exit_code = 3
+
+
+class TrainingInterrupted(PosttrainError):
+    """SIGTERM or SIGINT stopped training after a checkpoint was saved; the same command resumes."""
+
+    exit_code = 130

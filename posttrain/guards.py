@@ -5,15 +5,19 @@
   in a row, stops the run.
 - Entropy below a floor raises a logged alert (collapse of exploration).
 - :func:`train_guarded` runs a trainer factory; on a spike it rolls back to the last good checkpoint
-  (verified) and continues, at most ``max_rollbacks`` times; it resumes interrupted runs.
+  (verified) and continues, at most ``max_rollbacks`` times; it resumes interrupted runs. SIGTERM or
+  SIGINT stops it at the end of the current step with a checkpoint saved, and the time budget is the
+  run's total training time across resumes (each checkpoint records the seconds spent).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ from transformers import TrainerCallback
 
 from posttrain.checkpoints import RunState, discard_after, latest_checkpoint, load_checkpoint, seal_checkpoint
 from posttrain.config import GuardConfig
-from posttrain.errors import RewardHackingDetected, TrainingDiverged
+from posttrain.errors import RewardHackingDetected, TrainingDiverged, TrainingInterrupted
 from posttrain.trace import TraceWriter
 
 log = logging.getLogger(__name__)
@@ -151,15 +155,70 @@ class GuardCallback(TrainerCallback):
             seal_checkpoint(directory, self.run_state(int(state.global_step), self))
 
 
-class TimeBudgetCallback(TrainerCallback):
-    """Stops training (with a final save) once a wall-clock budget is spent."""
+class TrainingClock:
+    """Training seconds of a run: what earlier processes spent (read from the checkpoint) plus this one's."""
 
-    def __init__(self, budget_s: float) -> None:
-        self.deadline = time.monotonic() + budget_s
+    def __init__(self, spent_before: float = 0.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.spent_before = spent_before
+        self._clock = clock
+        self._started = clock()
+
+    def spent(self) -> float:
+        return self.spent_before + self._clock() - self._started
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training (with a final save) once the run's training time reaches the budget."""
+
+    def __init__(self, budget_s: float, clock: TrainingClock) -> None:
+        self.budget_s = budget_s
+        self.clock = clock
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if time.monotonic() > self.deadline:
-            log.info("event=time_budget_spent step=%d", state.global_step)
+        if self.clock.spent() > self.budget_s:
+            log.info("event=time_budget_spent step=%d spent_s=%.0f", state.global_step, self.clock.spent())
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class StopOnSignal(TrainerCallback):
+    """Turns SIGTERM / SIGINT into a stop at the end of the current step, with a checkpoint saved.
+
+    A second signal restores the previous handler's behaviour (a stuck step can still be killed).
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopOnSignal]:
+        """Handle the signals while the block runs (only in the main thread, where Python allows it)."""
+        try:
+            for number in self.SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        except ValueError:  # not the main thread: leave the default behaviour
+            self._previous.clear()
+        try:
+            yield self
+        finally:
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
+            self._previous.clear()
+
+    def _handle(self, number: int, frame: Any) -> None:
+        received = signal.Signals(number)
+        if self.received is not None:
+            signal.signal(number, self._previous.get(received, signal.SIG_DFL))
+            signal.raise_signal(number)
+            return
+        self.received = received
+        log.warning("event=stop_requested signal=%s action=save_and_stop_after_this_step", received.name)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.received is not None:
             control.should_training_stop = True
             control.should_save = True
 
@@ -206,10 +265,13 @@ def train_guarded(
     """
     guard_state = new_guard_state(config)
 
+    clock = TrainingClock()
+
     def run_state(step: int, guard: GuardCallback) -> RunState:
         return RunState(
             config_digest=digest,
             step=step,
+            train_seconds=clock.spent(),
             pool=state_hooks[0]() if state_hooks else {},
             guards=guard.state.model_dump(),
             trace_records=trace.count,
@@ -219,6 +281,7 @@ def train_guarded(
     history: list[dict[str, float]] = []
     checkpoint = latest_checkpoint(run_dir, digest) if resume else None
     resumed_from = str(checkpoint) if checkpoint else None
+    first_pass = True
     while True:
         if checkpoint is not None:
             saved = load_checkpoint(checkpoint, digest)
@@ -228,13 +291,26 @@ def train_guarded(
             history = list(saved.history)
             if state_hooks:
                 state_hooks[1](saved.pool)
-            log.info("event=resume checkpoint=%s step=%d", checkpoint, saved.step)
+            if first_pass:
+                # Resuming a stopped run: its budget keeps counting from what it had spent at that checkpoint
+                # (after a rollback in this process the clock just runs on).
+                clock = TrainingClock(saved.train_seconds)
+            log.info("event=resume checkpoint=%s step=%d spent_s=%.0f", checkpoint, saved.step, clock.spent())
+        first_pass = False
 
         guard = GuardCallback(config, guard_state, run_state, trace, stage, held_out, prior_history=history)
-        budget = [TimeBudgetCallback(time_budget_s)] if time_budget_s else []
-        trainer = make_trainer([*(extra_callbacks or []), guard, *budget], guard_state.rollbacks)
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        budget = [TimeBudgetCallback(time_budget_s, clock)] if time_budget_s else []
+        stop = StopOnSignal()
+        trainer = make_trainer([*(extra_callbacks or []), guard, *budget, stop], guard_state.rollbacks)
+        with stop.installed():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         history = history + guard.history
+        if stop.received is not None:
+            step = int(trainer.state.global_step)
+            raise TrainingInterrupted(
+                f"{stage}: stopped by {stop.received.name} at step {step} with checkpoint-{step} saved in "
+                f"{run_dir}; run the same command again to resume from it"
+            )
         if guard.canary_fired:
             trace.seal()
             raise RewardHackingDetected(

@@ -149,6 +149,64 @@ def test_resume_from_a_checkpoint_reproduces_the_state(
         posttrain_sft(config, instances=letter_task)
 
 
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    letter_task: list[TaskInstance],  # noqa: F811
+) -> None:
+    import json
+    import os
+    import signal
+
+    from posttrain import TrainingInterrupted
+    from posttrain.checkpoints import STATE_NAME
+    from posttrain.sft import posttrain_sft
+
+    class Terminate(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == 2:  # step 3 is not a save_steps multiple: the stop itself saves it
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    # A generous budget first; the resume may lower or raise it (the budget is not part of the run's identity).
+    config = _sft_config(tmp_path, "stopped", time_budget_s=3600).model_copy(
+        update={"base": str(tiny_model_dir)}
+    )
+    with pytest.raises(TrainingInterrupted, match=r"SIGTERM at step 3 with checkpoint-3 saved") as stopped:
+        posttrain_sft(config, instances=letter_task, extra_callbacks=[Terminate()])
+    assert stopped.value.exit_code == 130
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone once training stops
+    saved = json.loads((Path(config.output.work_dir or "") / "checkpoint-3" / STATE_NAME).read_text())
+    assert saved["step"] == 3 and saved["train_seconds"] > 0
+    resumed = posttrain_sft(
+        config.model_copy(update={"train": config.train.model_copy(update={"time_budget_s": 1800})}),
+        instances=letter_task,
+    )
+    assert resumed.metrics["steps"] == 4
+
+
+def test_the_time_budget_spans_resumes() -> None:
+    from posttrain.guards import TimeBudgetCallback, TrainingClock
+
+    now = [100.0]
+    clock = TrainingClock(spent_before=50.0, clock=lambda: now[0])  # 50 s spent before the restart
+    budget = TimeBudgetCallback(60.0, clock)
+
+    class Control:
+        should_training_stop = False
+        should_save = False
+
+    class State:
+        global_step = 7
+
+    control = Control()
+    now[0] = 105.0
+    budget.on_step_end(None, State(), control)
+    assert not control.should_training_stop and clock.spent() == 55.0
+    now[0] = 111.0
+    budget.on_step_end(None, State(), control)
+    assert control.should_training_stop and control.should_save
+
+
 def test_a_loss_spike_rolls_back_to_the_last_good_checkpoint(
     tiny_model_dir: Path,
     tmp_path: Path,

@@ -125,6 +125,17 @@ def test_corrupted_or_foreign_checkpoint_refused(tmp_path: Path) -> None:
         load_checkpoint(checkpoint, "abc")
 
 
+def test_time_budget_and_output_do_not_change_the_resume_digest() -> None:
+    from posttrain import SFTRunConfig
+    from posttrain.checkpoints import config_digest
+
+    def digest(work_dir: str = "/tmp/a", **train: object) -> str:
+        return config_digest(SFTRunConfig(base="b", train=train, output={"work_dir": work_dir}))
+
+    assert digest(time_budget_s=60) == digest(time_budget_s=3600) == digest() == digest("/tmp/b")
+    assert digest(learning_rate=1e-4) != digest(learning_rate=2e-4)
+
+
 def test_spike_detector_and_canary() -> None:
     detector = SpikeDetector(factor=5.0, floor=1.0, window=4, min_history=2)
     assert detector.observe({"loss": 10.0}) == [] and detector.observe({"loss": 9.0}) == []
