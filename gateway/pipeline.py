@@ -32,7 +32,7 @@ from gateway.policy import GatewayPolicy
 from gateway.ratelimit import RateLimiter, Reservation, estimate_tokens
 from gateway.routing import AUTO, FAST, STANDARD, RequestFeatures, TierRouter, TierStats
 from gateway.telemetry import GatewayTelemetry, RequestTrace
-from gateway.upstream import CircuitBreaker, UpstreamClient
+from gateway.upstream import CircuitBreaker, UpstreamClient, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -203,16 +203,19 @@ class RequestPipeline:
         return (self.candidates if release == CANDIDATE else self.targets).get(tier) or self.targets[tier]
 
     async def _call_with_fallback(self, context: RequestContext, tier: str, reason: str) -> Response:
-        """Call ``tier``; when its engine is dead, its upstream answers if it has one, else the other tier."""
+        """Call ``tier``'s engine; when it is dead, its upstream if it has one; when that fails too, or there
+        is none, the other local tier (if the key may use it). When everything fails the client gets the
+        upstream's error if one was tried (it says why the fallback failed), else the engine's."""
         upstream = self.upstreams.get(tier)
         engine = self._target(context.release, tier).model_id
-        if upstream is not None and self.breaker.is_open(engine):
-            return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)
-        try:
-            return await self._call(context, tier, reason)
-        except Exception as exc:
-            if not _engine_failed(exc):
-                raise
+        failure: Exception | None = None
+        if upstream is None or not self.breaker.is_open(engine):
+            try:
+                return await self._call(context, tier, reason)
+            except Exception as exc:
+                if not _engine_failed(exc):
+                    raise
+                failure = exc
             if upstream is not None:
                 self.breaker.trip(engine, upstream.policy.cooldown_s)
                 log.warning(
@@ -220,15 +223,25 @@ class RequestPipeline:
                     tier,
                     upstream.policy.model,
                     upstream.policy.cooldown_s,
-                    repr(exc)[:200],
+                    repr(failure)[:200],
                 )
+        if upstream is not None:
+            try:
                 return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)
-            other = STANDARD if tier == FAST else FAST
-            key = context.key
-            if other not in self.targets or not (key is None or key.allows_tier(other)):
-                raise
-            log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(exc)[:200])
+            except UpstreamError as exc:
+                failure = exc
+        other = STANDARD if tier == FAST else FAST
+        key = context.key
+        assert failure is not None
+        if other not in self.targets or not (key is None or key.allows_tier(other)):
+            raise failure
+        log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(failure)[:200])
+        try:
             return await self._call(context, other, f"{tier}_unavailable")
+        except Exception as exc:
+            if isinstance(failure, UpstreamError) and _engine_failed(exc):
+                raise failure from exc
+            raise
 
     async def _call(
         self, context: RequestContext, tier: str, reason: str, upstream: UpstreamClient | None = None

@@ -37,6 +37,7 @@ TARGETS = [
     TierTarget("fast", "tandem-fast", ("fast",), "m@v1+ngram"),
 ]
 EMAIL = "alice@example.com"
+BOTH = ("tandem-standard", "tandem-fast")
 CHAT = {"model": "standard", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
 
 
@@ -246,7 +247,7 @@ async def test_upstream_refusing_the_key_is_a_clean_502(
     upstream_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "not-the-key")
-    gateway = Gateway(tmp_path, _upstream(upstream_server), LocalTier())
+    gateway = Gateway(tmp_path, _upstream(upstream_server), LocalTier(dead=BOTH))
     response = await gateway.post("/v1/chat/completions", CHAT)
     assert response.status_code == 502
     assert response.json() == {
@@ -265,7 +266,7 @@ async def test_upstream_refusing_the_key_is_a_clean_502(
 async def test_slow_upstream_is_a_504(
     upstream_server: OpenAIServer, upstream_key: str, tmp_path: Path
 ) -> None:
-    gateway = Gateway(tmp_path, _upstream(upstream_server, timeout_s=0.001), LocalTier())
+    gateway = Gateway(tmp_path, _upstream(upstream_server, timeout_s=0.001), LocalTier(dead=BOTH))
     response = await gateway.post("/v1/chat/completions", CHAT)
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "upstream_timeout"
@@ -279,8 +280,10 @@ async def test_unreachable_upstream_is_a_clean_503(tmp_path: Path, stream: bool)
         "api_base": f"http://127.0.0.1:{free_port()}/v1",
         "timeout_s": 10,
     }
-    gateway = Gateway(tmp_path, closed, LocalTier())
+    local = LocalTier(dead=BOTH)
+    gateway = Gateway(tmp_path, closed, local)
     response = await gateway.post("/v1/chat/completions", CHAT | {"stream": stream})
+    assert local.calls == ["tandem-standard", "tandem-fast"]  # the engine, the upstream, the other tier
     assert response.status_code == 503, response.text
     assert response.headers["retry-after"] == "5"
     assert response.json() == {
@@ -297,7 +300,7 @@ async def test_unreachable_upstream_is_a_clean_503(tmp_path: Path, stream: bool)
 async def test_missing_key_variable_is_a_clean_502(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
     upstream = {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV}
-    response = await Gateway(tmp_path, upstream, LocalTier()).post("/v1/chat/completions", CHAT)
+    response = await Gateway(tmp_path, upstream, LocalTier(dead=BOTH)).post("/v1/chat/completions", CHAT)
     assert response.status_code == 502
     assert (
         response.json()["error"]["message"]
@@ -312,6 +315,23 @@ async def test_without_an_upstream_the_other_tier_takes_over(tmp_path: Path) -> 
     assert response.status_code == 200 and local.calls == ["tandem-fast", "tandem-standard"]
     assert response.headers["x-tandem-tier"] == "standard"
     assert response.headers["x-tandem-route-reason"] == "fast_unavailable"
+
+
+async def test_a_failed_upstream_falls_back_to_the_other_tier(tmp_path: Path) -> None:
+    closed = {
+        "model": "hosted_vllm/nobody",
+        "api_base": f"http://127.0.0.1:{free_port()}/v1",
+        "cooldown_s": 60,
+    }
+    local = LocalTier()  # the standard engine is dead and its upstream unreachable: the fast tier answers
+    gateway = Gateway(tmp_path, closed, local)
+    for _ in range(2):  # the second skips the dead engine (breaker open), then the upstream fails too
+        response = await gateway.post("/v1/chat/completions", CHAT)
+        assert response.status_code == 200, response.text
+        assert response.headers["x-tandem-tier"] == "fast"
+        assert response.headers["x-tandem-route-reason"] == "standard_unavailable"
+        assert response.json()["choices"][0]["message"]["content"] == "local"
+    assert local.calls == ["tandem-standard", "tandem-fast", "tandem-fast"]
 
 
 async def test_an_upstream_serves_only_its_own_tier(tmp_path: Path) -> None:
