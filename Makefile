@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) system-deps
 
-# bubblewrap is the eval sandbox; PostgreSQL (initdb, pg_ctl) runs the gateway's key-store tests.
+# bubblewrap is the eval sandbox; PostgreSQL (initdb, pg_ctl) runs the gateway's key-store tests; promtool
+# (Debian's prometheus) checks the alert rules and runs their rule unit tests.
 system-deps:
-	@{ command -v bwrap >/dev/null 2>&1 && { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }; } || { (apt-get update -qq && apt-get install -y -qq bubblewrap postgresql) >/dev/null || echo "warning: could not install bubblewrap/postgresql; sandboxed evals and PostgreSQL tests will be skipped"; }
+	@{ command -v bwrap >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }; } || { (apt-get update -qq && apt-get install -y -qq bubblewrap postgresql prometheus) >/dev/null || echo "warning: could not install bubblewrap/postgresql/prometheus; sandboxed evals, PostgreSQL and promtool tests will be skipped"; }
 
 serve: install
 	$(VENV)/bin/tandem serve --host $(HOST) --port $(PORT)
