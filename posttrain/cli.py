@@ -37,7 +37,10 @@ Version = Annotated[str | None, typer.Option(help="Candidate version (default: s
 Resume = Annotated[
     bool, typer.Option("--resume/--no-resume", help="Resume from the run dir's latest checkpoint.")
 ]
-Budget = Annotated[float | None, typer.Option(help="Wall-clock training budget in seconds.")]
+Budget = Annotated[
+    float | None,
+    typer.Option(help="Training time budget in seconds, counted across resumes; stops with a checkpoint."),
+]
 
 
 def build_config(
@@ -85,6 +88,28 @@ def _overrides(
     }
 
 
+# stage -> (config class in posttrain.config, module, function): imported only when the stage runs.
+_STAGES = {
+    "sft": ("SFTRunConfig", "posttrain.sft", "posttrain_sft"),
+    "rl": ("RLRunConfig", "posttrain.rl", "posttrain_rl"),
+    "dpo": ("DPORunConfig", "posttrain.dpo", "posttrain_dpo"),
+}
+
+
+def _run_stage(
+    stage: str, base: str, tasks: str, path: Path | None, resume: bool, overrides: dict[str, dict[str, Any]]
+) -> None:
+    """Build the stage's config from the file and the flags, train, and print what came out."""
+    import importlib
+
+    from posttrain import config as configs
+
+    class_name, module, function = _STAGES[stage]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    run = build_config(getattr(configs, class_name), path, base, tasks, overrides)
+    _report(getattr(importlib.import_module(module), function)(run, resume=resume))
+
+
 def _report(result: Any) -> None:
     table = Table(title=f"tandem posttrain {result.stage}")
     table.add_column("field")
@@ -113,18 +138,8 @@ def sft_command(
     time_budget: Budget = None,
 ) -> None:
     """SFT on generator demonstrations of the train split, balanced across families."""
-    from posttrain.config import SFTRunConfig
-    from posttrain.sft import posttrain_sft
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run = build_config(
-        SFTRunConfig,
-        config,
-        base,
-        tasks,
-        _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget),
-    )
-    _report(posttrain_sft(run, resume=resume))
+    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
+    _run_stage("sft", base, tasks, config, resume, overrides)
 
 
 @posttrain_app.command("rl")
@@ -143,18 +158,8 @@ def rl_command(
     time_budget: Budget = None,
 ) -> None:
     """GRPO with the eval suite's verifiers as rewards, curriculum and guards."""
-    from posttrain.config import RLRunConfig
-    from posttrain.rl import posttrain_rl
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run = build_config(
-        RLRunConfig,
-        config,
-        base,
-        tasks,
-        _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget),
-    )
-    _report(posttrain_rl(run, resume=resume))
+    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
+    _run_stage("rl", base, tasks, config, resume, overrides)
 
 
 @posttrain_app.command("dpo")
@@ -173,15 +178,5 @@ def dpo_command(
     time_budget: Budget = None,
 ) -> None:
     """DPO on verifier-labelled pairs of sampled rollouts."""
-    from posttrain.config import DPORunConfig
-    from posttrain.dpo import posttrain_dpo
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run = build_config(
-        DPORunConfig,
-        config,
-        base,
-        tasks,
-        _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget),
-    )
-    _report(posttrain_dpo(run, resume=resume))
+    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
+    _run_stage("dpo", base, tasks, config, resume, overrides)
