@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gateway.canary import CANDIDATE_SUFFIX, candidate_model_id
 from gateway.config import TandemConfig
 from gateway.ingress import GATEWAY_ROUTES, TandemIngress, TierRoute, create_fastapi_app
 from infra.registry import Registry, open_registry
@@ -15,9 +16,6 @@ from serving.tiers import ResolvedTier, TierConfig, resolve_tier
 log = logging.getLogger(__name__)
 
 
-CANDIDATE_SUFFIX = "-candidate"
-
-
 def candidate_tiers(config: TandemConfig) -> list[TierConfig]:
     """The candidate release's tiers: the stable tiers' settings with the candidate's weights and draft."""
     if not config.canary.model:
@@ -25,7 +23,7 @@ def candidate_tiers(config: TandemConfig) -> list[TierConfig]:
     tiers = []
     for tier in config.tiers:
         update: dict[str, object] = {
-            "model_id": tier.model_id + CANDIDATE_SUFFIX,
+            "model_id": candidate_model_id(tier.model_id),
             "aliases": [],
             "model": config.canary.model,
         }
@@ -76,6 +74,17 @@ def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any
             "policy": config.gateway.model_dump(mode="json"),
             "host": config.server.host,
             "weights_file": str(config.canary.weights_file.resolve()),
+            "late_candidates": config.canary.late_candidates,
         },
         ingress_options={"num_replicas": config.server.ingress_replicas},
     )
+
+
+def build_candidate_apps(resolved: list[ResolvedTier]) -> dict[str, Any]:
+    """A candidate's tiers as stand-alone Serve applications, keyed by tier name: one LLMServer each, which
+    the gateway's ingress reaches by deployment handle (``late_candidates``)."""
+    from ray.serve.llm import build_llm_deployment
+
+    from serving.tiers import to_llm_config
+
+    return {r.config.name: build_llm_deployment(to_llm_config(r)) for r in resolved}

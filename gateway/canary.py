@@ -22,6 +22,22 @@ log = logging.getLogger(__name__)
 STABLE = "stable"
 CANDIDATE = "candidate"
 SESSION_HEADER = "x-session-id"
+CANDIDATE_SUFFIX = "-candidate"
+
+
+def candidate_model_id(stable_model_id: str) -> str:
+    """The model id a stable tier's candidate serves under."""
+    return stable_model_id + CANDIDATE_SUFFIX
+
+
+def candidate_app_name(app_name: str, tier_name: str) -> str:
+    """The Serve application of one candidate tier deployed after the gateway started (``late_candidates``)."""
+    return f"{app_name}-candidate-{tier_name}"
+
+
+def deployment_name(model_id: str) -> str:
+    """The Serve deployment Ray Serve LLM names after a tier's model id."""
+    return "LLMServer:" + model_id.replace("/", "--").replace(".", "_")
 
 
 class ReleaseSplitter:

@@ -49,6 +49,18 @@ class CanaryConfig(BaseModel):
         Path("rollout-state/weights.json"),
         description="Where `tandem rollout` publishes traffic weights (infra/rollout.yaml traffic.weights_file).",
     )
+    late_candidates: bool = Field(
+        False,
+        description="Without `model`: accept a candidate that `tandem rollout` (gateway.serve_app:ServeDeployer) "
+        "deploys later as its own Serve applications, one per tier, leaving this application's replicas "
+        "untouched. Starts Ray's dashboard and lets the deployer scale the stable tiers.",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind_of_candidate(self) -> CanaryConfig:
+        if self.model and self.late_candidates:
+            raise ValueError("late_candidates is for a gateway started without a candidate; drop one of them")
+        return self
 
 
 class TandemConfig(BaseModel):

@@ -19,6 +19,7 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionReq
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.bounds import BodySizeLimit
+from gateway.canary import candidate_app_name, candidate_model_id, deployment_name
 from gateway.errors import install_error_handlers
 from gateway.pipeline import RequestPipeline, TierTarget
 from gateway.policy import GatewayPolicy
@@ -62,6 +63,7 @@ class TandemIngress(OpenAiIngress):
         policy: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
         weights_file: str | None = None,
+        late_candidates: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(llm_deployments, model_cards, **kwargs)
@@ -71,7 +73,11 @@ class TandemIngress(OpenAiIngress):
         self._routes = {route.model_id: route for route in routes}
         targets = [TierTarget(r.name, r.model_id, tuple(r.aliases), r.version, r.release) for r in routes]
         self._pipeline = RequestPipeline(
-            GatewayPolicy.model_validate(policy or {}), targets, host=host, weights_file=weights_file
+            GatewayPolicy.model_validate(policy or {}),
+            targets,
+            host=host,
+            weights_file=weights_file,
+            late_candidates=late_candidates,
         )
         self._http = httpx.AsyncClient(timeout=5.0)
 
@@ -81,6 +87,38 @@ class TandemIngress(OpenAiIngress):
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:  # type: ignore[override]
         return await self._pipeline.handle(body, request, super().completions, "text_completion")
+
+    # -- candidates deployed after start (canary.late_candidates) ------------------------------------
+    async def _get_model_id(self, model: str | None) -> str:
+        if model is not None and model not in self._model_cards:
+            self._bind_late_candidate(model)
+        return await super()._get_model_id(model)
+
+    def _bind_late_candidate(self, model_id: str) -> bool:
+        """Reach a late candidate tier's engine, in its own Serve application, by deployment handle.
+
+        Ray's ingress only knows the engines bound into its application at build time; a handle looked up by
+        name is the public way to call one deployed since (Serve resolves it while the application exists).
+        """
+        pipeline = self._pipeline
+        tier = pipeline.names.get(model_id)
+        if not pipeline.late_candidates or tier is None or pipeline.pinned.get(model_id) != "candidate":
+            return False
+        if model_id not in self._default_serve_handles:
+            from ray import serve
+
+            application = candidate_app_name(serve.get_replica_context().app_name, tier)
+            stable_id = pipeline.targets[tier].model_id
+            self._default_serve_handles[model_id] = serve.get_deployment_handle(
+                deployment_name(model_id), app_name=application
+            )
+            self._model_cards[model_id] = self._model_cards[stable_id].model_copy(update={"id": model_id})
+            log.info("event=late_candidate_bound model=%s application=%s", model_id, application)
+        target = pipeline.late_candidate(tier)
+        self._routes[model_id] = TierRoute(
+            name=tier, model_id=model_id, version=target.version, release="candidate"
+        )
+        return True
 
     async def model_data(self, model: str) -> Any:
         tier = self._pipeline.requested_tier(model)
@@ -95,6 +133,9 @@ class TandemIngress(OpenAiIngress):
         tiers. A release at weight 0 may be an empty slot (a candidate not yet deployed, a removed stable)."""
         weights = self._pipeline.splitter.weights()
         live = {"stable": weights.stable > 0, "candidate": weights.candidate > 0}
+        if live["candidate"] and self._pipeline.late_candidates:
+            for target in self._pipeline.targets.values():
+                self._bind_late_candidate(candidate_model_id(target.model_id))
         routes = {model_id: r for model_id, r in self._routes.items() if live.get(r.release, True)}
 
         async def check(model_id: str) -> str | None:

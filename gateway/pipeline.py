@@ -18,7 +18,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.canary import CANDIDATE, SESSION_HEADER, STABLE, ReleaseSplitter, open_release_metrics
+from gateway.canary import (
+    CANDIDATE,
+    SESSION_HEADER,
+    STABLE,
+    ReleaseSplitter,
+    candidate_model_id,
+    open_release_metrics,
+)
 from gateway.errors import GatewayError, ModelNotFound, error_body
 from gateway.guardrails import (
     OutputGuard,
@@ -99,10 +106,22 @@ class RequestPipeline:
         *,
         host: str = "127.0.0.1",
         weights_file: str | None = None,
+        late_candidates: bool = False,
     ) -> None:
         self.policy = policy
         self.targets = {t.name: t for t in targets if t.release == STABLE}
         self.candidates = {t.name: t for t in targets if t.release == CANDIDATE}
+        # A candidate deployed after start (its own Serve applications) serves each stable tier's model id
+        # plus the candidate suffix; its version is whatever the weights file says the candidate is.
+        self.late_candidates = late_candidates and not self.candidates
+        if self.late_candidates:
+            targets = [
+                *targets,
+                *(
+                    TierTarget(t.name, candidate_model_id(t.model_id), (), "", CANDIDATE)
+                    for t in self.targets.values()
+                ),
+            ]
         self.names: dict[str, str] = {}
         # A candidate's own model ids pin that release (smoke tests before any traffic is split).
         self.pinned: dict[str, str] = {}
@@ -112,7 +131,8 @@ class RequestPipeline:
                 if target.release == CANDIDATE:
                     self.pinned[public] = CANDIDATE
         self.splitter = ReleaseSplitter(
-            Path(weights_file) if weights_file else None, has_candidate=bool(self.candidates)
+            Path(weights_file) if weights_file else None,
+            has_candidate=bool(self.candidates) or self.late_candidates,
         )
         self.release_metrics = open_release_metrics()
         if FAST in self.targets:
@@ -200,7 +220,15 @@ class RequestPipeline:
         )
 
     def _target(self, release: str, tier: str) -> TierTarget:
+        if release == CANDIDATE and self.late_candidates:
+            return self.late_candidate(tier)
         return (self.candidates if release == CANDIDATE else self.targets).get(tier) or self.targets[tier]
+
+    def late_candidate(self, tier: str) -> TierTarget:
+        """The late-deployed candidate's target for ``tier``, versioned from the published weights."""
+        spec = self.splitter.weights().releases.get("candidate")
+        version = (spec.model + (f"+{spec.draft}" if spec.draft else "")) if spec else "candidate"
+        return TierTarget(tier, candidate_model_id(self.targets[tier].model_id), (), version, CANDIDATE)
 
     async def _call_with_fallback(self, context: RequestContext, tier: str, reason: str) -> Response:
         """Call ``tier``'s engine; when it is dead, its upstream if it has one; when that fails too, or there

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.app import build_gateway_app, candidate_tiers, prepare_release
+from gateway.canary import deployment_name
 from gateway.config import TandemConfig, load_config
 from infra.config import describe_validation_error
 from infra.errors import ConfigError
@@ -65,6 +68,11 @@ class ServeDeployer:
     scaler, and this deployer scales a release's tiers through the dashboard's ``.../deployments/{name}/scale``
     endpoint: ``deploy`` to the tiers' configured replicas, waiting until they run; ``remove`` to 0 replicas.
     Other deployments are never touched.
+
+    A gateway started with ``canary.late_candidates`` (and no ``canary.model``) takes any candidate later:
+    ``deploy`` runs the candidate's tiers as Serve applications of their own (``tandem-candidate-<tier>``,
+    via ``python -m gateway.candidate_apps`` in a child process), which the ingress reaches by deployment
+    handle, and ``remove`` deletes them; the stable tiers are still scaled in place.
     """
 
     def __init__(self, rollout: RolloutConfig, *, transport: httpx.BaseTransport | None = None) -> None:
@@ -73,12 +81,24 @@ class ServeDeployer:
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(exc, "rollout deployment.options")) from exc
         self.gateway = load_config(self.options.gateway_config)
-        if self.gateway.canary.model != rollout.candidate.model:
+        serving = sorted({tier.model for tier in self.gateway.tiers})
+        if rollout.stable.model not in serving:
+            # After a promotion the candidate serves everything and the gateway's stable tiers are at 0: the next
+            # rollout starts from a gateway restarted with the promoted weights as its stable model.
+            raise RolloutError(
+                f"the rollout's stable release {rollout.stable.model!r} is not what the gateway "
+                f"({self.options.gateway_config}) serves as stable ({', '.join(serving)}): restart `tandem "
+                "serve` with `model:` set to the stable release first"
+            )
+        # Without a built-in slot, the candidate gets its own Serve applications (canary.late_candidates).
+        self.late = self.gateway.canary.model is None and self.gateway.canary.late_candidates
+        if not self.late and self.gateway.canary.model != rollout.candidate.model:
             raise RolloutError(
                 f"the gateway ({self.options.gateway_config}) has a candidate slot for "
                 f"{self.gateway.canary.model!r}, not {rollout.candidate.model!r}: start `tandem serve` with "
-                "canary.model set to the candidate (Serve restarts every replica of an application whose "
-                "arguments change, so a new candidate cannot be added to a running one in place)"
+                "canary.model set to the candidate, or with canary.late_candidates to take any candidate "
+                "later (Serve restarts every replica of an application whose arguments change, so a new "
+                "candidate cannot be added to a running one in place)"
             )
         self.http = httpx.Client(
             base_url=self.options.dashboard_url.rstrip("/"),
@@ -106,24 +126,46 @@ class ServeDeployer:
 
     def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
         """Scale the release's tiers to their configured replicas; return once every replica runs."""
+        if release == "candidate" and self.late:
+            self._candidate_apps("deploy", spec)
+            return
         self._scale(release, self._tiers(release))
 
     def remove(self, release: ReleaseName, spec: ReleaseSpec) -> None:
         """Scale the release's tiers to 0 replicas (Serve drains their in-flight requests first)."""
+        if release == "candidate" and self.late:
+            self._candidate_apps("remove", spec)
+            return
         self._scale(release, dict.fromkeys(self._tiers(release), 0))
 
-    def replicas(self) -> dict[str, list[dict[str, Any]]]:
-        """Every deployment of the application -> its replicas (``replica_id``, ``actor_id``, ``pid``, ``state``)."""
+    def _candidate_apps(self, action: str, spec: ReleaseSpec) -> None:
+        """Deploy or delete a late candidate's applications from a child process (its own Ray driver)."""
+        argv = [sys.executable, "-m", "gateway.candidate_apps", action]
+        argv += ["--gateway-config", str(self.options.gateway_config), "--app-name", self.options.app_name]
+        if action == "deploy":
+            argv += ["--model", spec.model] + (["--draft", spec.draft] if spec.draft else [])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.options.timeout_seconds)
+        except subprocess.TimeoutExpired as exc:
+            raise RolloutError(f"{action} candidate applications: no result in {exc.timeout:g}s") from exc
+        if done.returncode != 0:
+            raise RolloutError(
+                f"{action} candidate applications: exit {done.returncode}: {done.stderr[-800:]}"
+            )
+        log.info("event=candidate_apps action=%s applications=%s", action, done.stdout.strip())
+
+    def replicas(self, app_name: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Every deployment of the application (default: the gateway's) -> its replicas (``replica_id``,
+        ``actor_id``, ``pid``, ``state``)."""
+        app_name = app_name or self.options.app_name
         try:
             response = self.http.get("/api/serve/applications/")
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise RolloutError(f"cannot read Serve's state from {self.options.dashboard_url}: {exc}") from exc
-        application = response.json().get("applications", {}).get(self.options.app_name)
+        application = response.json().get("applications", {}).get(app_name)
         if application is None:
-            raise RolloutError(
-                f"no Serve application {self.options.app_name!r} at {self.options.dashboard_url}"
-            )
+            raise RolloutError(f"no Serve application {app_name!r} at {self.options.dashboard_url}")
         return {name: d.get("replicas", []) for name, d in application["deployments"].items()}
 
     def _scale(self, release: ReleaseName, targets: dict[str, int]) -> None:
@@ -156,8 +198,3 @@ class ServeDeployer:
             if time.monotonic() > deadline:
                 raise RolloutError(f"{release} tiers did not reach their replica counts in time: {pending}")
             time.sleep(self.options.poll_seconds)
-
-
-def deployment_name(model_id: str) -> str:
-    """The Serve deployment Ray Serve LLM names after a tier's model id."""
-    return "LLMServer:" + model_id.replace("/", "--").replace(".", "_")

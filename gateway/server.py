@@ -50,7 +50,7 @@ def start_gateway(
     progress("starting Ray")
     # A candidate slot is scaled in place by the rollout deployer (gateway.serve_app.ServeDeployer) through
     # the dashboard's scale endpoint, which Serve opens only to applications run with an external scaler.
-    in_place_rollout = bool(config.canary.model)
+    in_place_rollout = bool(config.canary.model) or config.canary.late_candidates
     if not ray.is_initialized():
         if config.ray.address:
             ray.init(address=config.ray.address, log_to_driver=False)

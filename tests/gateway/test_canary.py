@@ -93,3 +93,22 @@ def test_no_candidate_means_stable(tmp_path: Path) -> None:
 def test_without_file_everything_is_stable(tmp_path: Path, missing: bool) -> None:
     splitter = ReleaseSplitter(None if missing else tmp_path / "absent.json", has_candidate=True)
     assert splitter.release_for("anyone") == "stable"
+
+
+async def test_late_candidates_route_by_the_published_weights(tmp_path: Path) -> None:
+    """A gateway started without a candidate sends the candidate share to `<stable id>-candidate`, versioned
+    from the weights file, once a rollout publishes one."""
+    weights = tmp_path / "weights.json"
+    stable_only = TARGETS[:2]
+    pipeline = RequestPipeline(GatewayPolicy(), stable_only, weights_file=str(weights), late_candidates=True)
+    assert await _release(pipeline, "a") == ("stable", "tandem-standard")
+    weights.write_text(
+        json.dumps({"stable": 0, "candidate": 100, "salt": "s", "releases": {"candidate": {"model": "m@v3"}}})
+    )
+    assert await _release(pipeline, "a") == ("candidate", "tandem-standard-candidate")
+    assert await _release(pipeline, "b", "fast") == ("candidate", "tandem-fast-candidate")
+    assert pipeline.late_candidate("fast").version == "m@v3"
+    # Its model ids pin it, as a built-in candidate's do; without the option nothing changes.
+    assert await _release(pipeline, "c", "tandem-fast-candidate") == ("candidate", "tandem-fast-candidate")
+    plain = RequestPipeline(GatewayPolicy(), stable_only, weights_file=str(weights))
+    assert await _release(plain, "a") == ("stable", "tandem-standard")

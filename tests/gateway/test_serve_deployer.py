@@ -109,8 +109,63 @@ def test_a_gateway_without_this_candidate_is_refused(tmp_path: Path) -> None:
         ServeDeployer(_rollout(tmp_path, candidate="smollm2-135m-instruct@v3"))
 
 
+def test_a_rollout_from_another_stable_release_is_refused(tmp_path: Path) -> None:
+    config = _rollout(tmp_path)
+    config.stable.model = "smollm2-135m-instruct@v1"
+    with pytest.raises(
+        RolloutError, match=r"stable release 'smollm2-135m-instruct@v1' is not what the gateway"
+    ):
+        ServeDeployer(config)
+
+
 def test_unknown_option_names_the_field(tmp_path: Path) -> None:
     config = _rollout(tmp_path)
     config.deployment.options["dashbord_url"] = "http://typo"
     with pytest.raises(ConfigError, match="dashbord_url"):
         ServeDeployer(config)
+
+
+def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """canary.late_candidates: any candidate is deployed and removed by `python -m gateway.candidate_apps` in a
+    child process; promotion still scales the stable tiers of the gateway's own application in place."""
+    import subprocess
+
+    config = _rollout(tmp_path, candidate="smollm2-135m-instruct@v3")
+    gateway = Path(config.deployment.options["gateway_config"])
+    gateway.write_text(
+        yaml.safe_dump(yaml.safe_load(gateway.read_text()) | {"canary": {"late_candidates": True}})
+    )
+    runs: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        runs.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "tandem-candidate-standard tandem-candidate-fast\n", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    dashboard = FakeDashboard()
+    deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
+    deployer.deploy("candidate", config.candidate)
+    deployer.remove("candidate", config.candidate)
+    assert [argv[3] for argv in runs] == ["deploy", "remove"]
+    assert all(argv[1:3] == ["-m", "gateway.candidate_apps"] for argv in runs)
+    assert runs[0][-2:] == ["--model", "smollm2-135m-instruct@v3"] and dashboard.scaled == []
+    deployer.remove("stable", config.stable)
+    assert sorted(dashboard.scaled) == sorted((name, 0) for name in STABLE_TIERS)
+
+    def failing_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(
+            argv, 2, "", "error: smollm2-135m-instruct@v3 not found in file:///r"
+        )
+
+    monkeypatch.setattr(subprocess, "run", failing_run)
+    with pytest.raises(RolloutError, match=r"deploy candidate applications: exit 2: .*@v3 not found"):
+        deployer.deploy("candidate", config.candidate)
+
+
+def test_late_candidates_and_a_built_in_slot_are_exclusive() -> None:
+    from pydantic import ValidationError
+
+    from gateway.config import CanaryConfig
+
+    with pytest.raises(ValidationError, match="late_candidates"):
+        CanaryConfig(model="m@v2", late_candidates=True)

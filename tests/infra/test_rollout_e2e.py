@@ -1,10 +1,10 @@
 """End to end rollouts on the bundled model: a real `tandem serve` (own Ray cluster, ports, registry) with a
-standard tier and a candidate slot, the controller with the in-place ServeDeployer, and streaming client load
-through the whole rollout.
+standard tier, the controller with the ServeDeployer, and streaming client load through the whole rollout.
 
-A good candidate (the same weights published as a new version) goes 10% -> 50% -> 100% and is promoted; a
-bad one (each decoder layer run three times: a real, 2-3x slower model) is rolled back on its time per
-output token. Both runs check that the stable engine replica survives the candidate's deployment, that no
+A good candidate (the same weights published as a new version, unknown to the gateway when it started: it
+gets its own Serve application) goes 10% -> 50% -> 100% and is promoted; a bad one (each decoder layer run
+three times: a real, 2-3x slower model, in a candidate slot built at start and scaled in place) is rolled
+back on its time per output token. Both runs check that the stable engine replica survives the candidate's deployment, that no
 stable request fails, that every stream ends with [DONE], and that the audit log holds each decision's
 metrics, thresholds and window.
 """
@@ -32,9 +32,10 @@ import httpx
 import pytest
 import yaml
 
+from gateway.canary import candidate_app_name
 from gateway.serve_app import ServeDeployer, deployment_name
 from infra.registry import FileRegistry
-from infra.rollout import RolloutConfig
+from infra.rollout import RolloutConfig, RolloutError
 from infra.rollout_controller import RolloutPhase, open_controller
 from tests.conftest import REPO, _tail, free_port
 
@@ -124,8 +125,10 @@ class RunningGateway:
 
 
 @contextmanager
-def serve_with_candidate(work: Path, registry_url: str, candidate: str) -> Iterator[RunningGateway]:
-    """Its own Ray head (ports of its own) and `tandem serve` joined to it; both stopped at the end."""
+def serve_with_candidate(work: Path, registry_url: str, candidate: str | None) -> Iterator[RunningGateway]:
+    """Its own Ray head (ports of its own) and `tandem serve` joined to it; both stopped at the end.
+
+    With a ``candidate`` the gateway builds its slot at start; without, it takes a late candidate."""
     ray_port, dashboard_port, port = free_port(), free_port(), free_port()
     temp = Path(tempfile.mkdtemp(prefix="tr-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     ray_log = work / "ray.log"
@@ -151,7 +154,8 @@ def serve_with_candidate(work: Path, registry_url: str, candidate: str) -> Itera
             "extra": {"kv_cache_memory_bytes": 256 * 2**20},
         },
         "tiers": [{"name": "standard", "model_id": "tandem-standard", "aliases": ["standard"]}],
-        "canary": {"model": candidate, "weights_file": str(work / "weights.json")},
+        "canary": {"weights_file": str(work / "weights.json")}
+        | ({"model": candidate} if candidate else {"late_candidates": True}),
         "server": {"host": "127.0.0.1", "port": port},
         "ray": {"address": f"127.0.0.1:{ray_port}"},
     }
@@ -239,21 +243,28 @@ def _rollout_config(work: Path, gateway: RunningGateway, candidate: str) -> Roll
     })  # fmt: skip
 
 
-def _replica_ids(deployer: ServeDeployer, name: str, wait_s: float = 0) -> set[tuple[str, int]]:
+def _replica_ids(
+    deployer: ServeDeployer, name: str, wait_s: float = 0, app: str | None = None
+) -> set[tuple[str, int]]:
     """Running replicas (actor id, pid); with ``wait_s``, ask again while Serve lists none (in the full
     suite the dashboard once answered an empty list right after the candidate's deployment)."""
     deadline = time.monotonic() + wait_s
     while True:
-        running = {
-            (r["actor_id"], r["pid"]) for r in deployer.replicas().get(name, []) if r["state"] == "RUNNING"
-        }
+        try:
+            replicas = deployer.replicas(app).get(name, [])
+        except RolloutError:  # the application is gone (a late candidate removed)
+            replicas = []
+        running = {(r["actor_id"], r["pid"]) for r in replicas if r["state"] == "RUNNING"}
         if running or time.monotonic() >= deadline:
             return running
         time.sleep(1)
 
 
-def _drive(config: RolloutConfig, work: Path, registry: FileRegistry) -> tuple[Any, dict[str, Any]]:
-    """Run the controller tick by tick; record the stable replicas before and right after the deploy."""
+def _drive(
+    config: RolloutConfig, work: Path, registry: FileRegistry, candidate_app: str | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """Run the controller tick by tick; record the stable replicas before and right after the deploy.
+    ``candidate_app``: the late candidate's own Serve application (default: the gateway's slot)."""
     controller = open_controller(config, work / "state", registry=registry)
     assert isinstance(controller.deployer, ServeDeployer)
     seen: dict[str, Any] = {"before": _replica_ids(controller.deployer, STABLE_DEPLOYMENT), "timeline": []}
@@ -265,13 +276,15 @@ def _drive(config: RolloutConfig, work: Path, registry: FileRegistry) -> tuple[A
         )
         if "after_deploy" not in seen and state.phase is RolloutPhase.RUNNING:
             seen["after_deploy"] = _replica_ids(controller.deployer, STABLE_DEPLOYMENT, wait_s=30)
-            seen["candidate_replicas"] = _replica_ids(controller.deployer, CANDIDATE_DEPLOYMENT, wait_s=30)
+            seen["candidate_replicas"] = _replica_ids(
+                controller.deployer, CANDIDATE_DEPLOYMENT, wait_s=30, app=candidate_app
+            )
         if state.terminal:
             break
         time.sleep(2)
     seen["end"] = {
-        name: len(_replica_ids(controller.deployer, name))
-        for name in (STABLE_DEPLOYMENT, CANDIDATE_DEPLOYMENT)
+        STABLE_DEPLOYMENT: len(_replica_ids(controller.deployer, STABLE_DEPLOYMENT)),
+        CANDIDATE_DEPLOYMENT: len(_replica_ids(controller.deployer, CANDIDATE_DEPLOYMENT, app=candidate_app)),
     }
     audit = [json.loads(line) for line in controller.audit_path.read_text().splitlines()]
     return state, seen | {"audit": audit}
@@ -299,21 +312,26 @@ def release_registry(bundled_model_dir: Path) -> Iterator[tuple[str, FileRegistr
     shutil.rmtree(work, ignore_errors=True)
 
 
-def test_good_candidate_is_promoted_in_place_under_streaming_load(
-    release_registry: tuple[str, FileRegistry, Path],
+def test_good_late_candidate_is_promoted_under_streaming_load(
+    release_registry: tuple[str, FileRegistry, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The gateway starts with no candidate at all (`canary.late_candidates`); the deployer then runs the
+    candidate as its own Serve application, which the ingress reaches by handle."""
     registry_url, registry, root = release_registry
     work = root / "good"
     work.mkdir()
     candidate = "smollm2-135m-instruct@v2"
-    with serve_with_candidate(work, registry_url, candidate) as gateway:
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the deployer's Ray driver joins the private cluster
+    with serve_with_candidate(work, registry_url, None) as gateway:
         config = _rollout_config(work, gateway, candidate)
         with streaming_load(gateway.base_url) as load:
-            state, seen = _drive(config, work, registry)
+            state, seen = _drive(
+                config, work, registry, candidate_app=candidate_app_name("tandem", "standard")
+            )
             time.sleep(3)  # requests after the promotion, at weight 100
     print("good rollout timeline:", seen["timeline"])
     assert state.phase is RolloutPhase.PROMOTED, state.reason
-    # The candidate was deployed by scaling its slot in place: the stable engine replica is the same actor.
+    # Deploying the candidate's application left the gateway's own alone: the stable replica is the same actor.
     assert seen["before"] and seen["after_deploy"] == seen["before"]
     assert len(seen["candidate_replicas"]) == 1
     assert seen["end"] == {STABLE_DEPLOYMENT: 0, CANDIDATE_DEPLOYMENT: 1}
