@@ -22,7 +22,7 @@ from gateway.app import build_gateway_app, candidate_tiers, prepare_release
 from gateway.canary import deployment_name
 from gateway.config import TandemConfig, load_config
 from infra.config import describe_validation_error
-from infra.errors import ConfigError
+from infra.errors import ConfigError, TandemError
 from infra.rollout import ReleaseName, ReleaseSpec, RolloutConfig, RolloutError
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,12 @@ class ServeDeployerOptions(BaseModel):
     )
     timeout_seconds: float = Field(600, gt=0, description="Most time a scale-up may take to serve.")
     poll_seconds: float = Field(1.0, gt=0, description="How often Serve's state is read while scaling.")
+
+
+def _ray_connected() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
 
 
 class ServeDeployer:
@@ -139,11 +145,42 @@ class ServeDeployer:
         self._scale(release, dict.fromkeys(self._tiers(release), 0))
 
     def _candidate_apps(self, action: str, spec: ReleaseSpec) -> None:
-        """Deploy or delete a late candidate's applications from a child process (its own Ray driver)."""
+        """Deploy or delete a late candidate's applications: as a Ray driver of this process when it has no
+        Ray connection (connect, deploy, disconnect), else from a child process, so a driver already
+        connected to some other cluster is never redirected."""
+        if _ray_connected():
+            self._candidate_apps_in_child(action, spec)
+            return
+        import ray
+
+        from gateway import candidate_apps
+
+        started = time.monotonic()
+        ray.init(address=self.gateway.ray.address or "auto", log_to_driver=False)
+        try:
+            if action == "deploy":
+                names = candidate_apps.deploy(self.gateway, spec.model, spec.draft, self.options.app_name)
+            else:
+                names = candidate_apps.remove(self.gateway, self.options.app_name)
+        except TandemError:
+            raise
+        except Exception as exc:  # Serve's deploy failures carry the replica's error
+            raise RolloutError(f"{action} candidate applications: {type(exc).__name__}: {exc}") from exc
+        finally:
+            ray.shutdown()
+        log.info(
+            "event=candidate_apps action=%s applications=%s seconds=%.1f",
+            action,
+            " ".join(names),
+            time.monotonic() - started,
+        )
+
+    def _candidate_apps_in_child(self, action: str, spec: ReleaseSpec) -> None:
         argv = [sys.executable, "-m", "gateway.candidate_apps", action]
         argv += ["--gateway-config", str(self.options.gateway_config), "--app-name", self.options.app_name]
         if action == "deploy":
             argv += ["--model", spec.model] + (["--draft", spec.draft] if spec.draft else [])
+        started = time.monotonic()
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.options.timeout_seconds)
         except subprocess.TimeoutExpired as exc:
@@ -152,7 +189,15 @@ class ServeDeployer:
             raise RolloutError(
                 f"{action} candidate applications: exit {done.returncode}: {done.stderr[-800:]}"
             )
-        log.info("event=candidate_apps action=%s applications=%s", action, done.stdout.strip())
+        log.info(
+            "event=candidate_apps action=%s applications=%s seconds=%.1f",
+            action,
+            done.stdout.strip(),
+            time.monotonic() - started,
+        )
+        for line in done.stderr.splitlines()[-40:]:  # the child's own progress (Serve's deploy messages)
+            if not line.startswith("{"):
+                log.info("event=candidate_apps_output line=%r", line[:300])
 
     def replicas(self, app_name: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """Every deployment of the application (default: the gateway's) -> its replicas (``replica_id``,

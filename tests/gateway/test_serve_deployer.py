@@ -126,9 +126,12 @@ def test_unknown_option_names_the_field(tmp_path: Path) -> None:
 
 
 def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """canary.late_candidates: any candidate is deployed and removed by `python -m gateway.candidate_apps` in a
-    child process; promotion still scales the stable tiers of the gateway's own application in place."""
+    """canary.late_candidates, from a process already connected to Ray: any candidate is deployed and removed by
+    `python -m gateway.candidate_apps` in a child process; promotion still scales the stable tiers of the
+    gateway's own application in place."""
     import subprocess
+
+    from gateway import serve_app
 
     config = _rollout(tmp_path, candidate="smollm2-135m-instruct@v3")
     gateway = Path(config.deployment.options["gateway_config"])
@@ -142,6 +145,7 @@ def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch:
         return subprocess.CompletedProcess(argv, 0, "tandem-candidate-standard tandem-candidate-fast\n", "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(serve_app, "_ray_connected", lambda: True)
     dashboard = FakeDashboard()
     deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
     deployer.deploy("candidate", config.candidate)
@@ -160,6 +164,53 @@ def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(subprocess, "run", failing_run)
     with pytest.raises(RolloutError, match=r"deploy candidate applications: exit 2: .*@v3 not found"):
         deployer.deploy("candidate", config.candidate)
+
+
+def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployer process with no Ray connection (the `tandem rollout` CLI) connects, deploys and disconnects
+    itself; a deploy failure becomes a RolloutError and the connection is closed either way."""
+    import ray
+
+    from gateway import candidate_apps, serve_app
+
+    config = _rollout(tmp_path, candidate="smollm2-135m-instruct@v3")
+    gateway = Path(config.deployment.options["gateway_config"])
+    gateway.write_text(
+        yaml.safe_dump(yaml.safe_load(gateway.read_text()) | {"canary": {"late_candidates": True}})
+    )
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(serve_app, "_ray_connected", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda address, **kwargs: calls.append(("init", address)))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown",)))
+
+    def fake_deploy(config: Any, model: str, draft: str | None, app_name: str) -> list[str]:
+        calls.append(("deploy", model, app_name))
+        return ["tandem-candidate-standard"]
+
+    monkeypatch.setattr(candidate_apps, "deploy", fake_deploy)
+    monkeypatch.setattr(candidate_apps, "remove", lambda config, app_name: calls.append(("remove",)) or [])
+    deployer = ServeDeployer(config, transport=httpx.MockTransport(FakeDashboard().handle))
+    deployer.deploy("candidate", config.candidate)
+    deployer.remove("candidate", config.candidate)
+    assert calls == [
+        ("init", "auto"),
+        ("deploy", "smollm2-135m-instruct@v3", "tandem"),
+        ("shutdown",),
+        ("init", "auto"),
+        ("remove",),
+        ("shutdown",),
+    ]
+
+    def broken_deploy(*args: Any) -> list[str]:
+        raise RuntimeError("replica failed to start: out of memory")
+
+    calls.clear()
+    monkeypatch.setattr(candidate_apps, "deploy", broken_deploy)
+    with pytest.raises(RolloutError, match=r"deploy candidate applications: RuntimeError: .*out of memory"):
+        deployer.deploy("candidate", config.candidate)
+    assert calls == [("init", "auto"), ("shutdown",)]
 
 
 def test_late_candidates_and_a_built_in_slot_are_exclusive() -> None:
