@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +62,23 @@ def _ray_connected() -> bool:
     import ray
 
     return bool(ray.is_initialized())
+
+
+_DRIVER_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _signal_handlers() -> dict[signal.Signals, Any]:
+    return {number: signal.getsignal(number) for number in _DRIVER_SIGNALS}
+
+
+def _restore_signal_handlers(handlers: dict[signal.Signals, Any]) -> None:
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
+        return
+    for number, handler in handlers.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 class ServeDeployer:
@@ -156,6 +174,9 @@ class ServeDeployer:
         from gateway import candidate_apps
 
         started = time.monotonic()
+        # ray.init installs its own SIGTERM/SIGINT handlers in a driver and ray.shutdown leaves them: put back
+        # the process's own (the training guards and the CLI rely on theirs; seen leaking across the suite).
+        handlers = _signal_handlers()
         ray.init(address=self.gateway.ray.address or "auto", log_to_driver=False)
         try:
             if action == "deploy":
@@ -168,6 +189,7 @@ class ServeDeployer:
             raise RolloutError(f"{action} candidate applications: {type(exc).__name__}: {exc}") from exc
         finally:
             ray.shutdown()
+            _restore_signal_handlers(handlers)
         log.info(
             "event=candidate_apps action=%s applications=%s seconds=%.1f",
             action,

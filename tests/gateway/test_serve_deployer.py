@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,13 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
     )
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(serve_app, "_ray_connected", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda address, **kwargs: calls.append(("init", address)))
+
+    def fake_init(address: str, **kwargs: Any) -> None:  # a driver's ray.init takes SIGTERM over
+        calls.append(("init", address))
+        signal.signal(signal.SIGTERM, lambda number, frame: None)
+
+    own_handler = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(ray, "init", fake_init)
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown",)))
 
     def fake_deploy(config: Any, model: str, draft: str | None, app_name: str) -> list[str]:
@@ -202,6 +209,7 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
         ("remove",),
         ("shutdown",),
     ]
+    assert signal.getsignal(signal.SIGTERM) is own_handler  # the process's own handler is back
 
     def broken_deploy(*args: Any) -> list[str]:
         raise RuntimeError("replica failed to start: out of memory")
@@ -211,6 +219,7 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
     with pytest.raises(RolloutError, match=r"deploy candidate applications: RuntimeError: .*out of memory"):
         deployer.deploy("candidate", config.candidate)
     assert calls == [("init", "auto"), ("shutdown",)]
+    assert signal.getsignal(signal.SIGTERM) is own_handler
 
 
 def test_late_candidates_and_a_built_in_slot_are_exclusive() -> None:

@@ -171,10 +171,11 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(
     config = _sft_config(tmp_path, "stopped", time_budget_s=3600).model_copy(
         update={"base": str(tiny_model_dir)}
     )
+    own_handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(TrainingInterrupted, match=r"SIGTERM at step 3 with checkpoint-3 saved") as stopped:
         posttrain_sft(config, instances=letter_task, extra_callbacks=[Terminate()])
     assert stopped.value.exit_code == 130
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone once training stops
+    assert signal.getsignal(signal.SIGTERM) is own_handler  # the training's handler is gone once it stops
     saved = json.loads((Path(config.output.work_dir or "") / "checkpoint-3" / STATE_NAME).read_text())
     assert saved["step"] == 3 and saved["train_seconds"] > 0
     resumed = posttrain_sft(
