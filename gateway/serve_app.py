@@ -7,12 +7,15 @@ rollout deployer that changes a running application in place.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +67,18 @@ def _ray_connected() -> bool:
     return bool(ray.is_initialized())
 
 
-_DRIVER_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _signal_handlers() -> dict[signal.Signals, Any]:
-    return {number: signal.getsignal(number) for number in _DRIVER_SIGNALS}
-
-
-def _restore_signal_handlers(handlers: dict[signal.Signals, Any]) -> None:
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
-        return
-    for number, handler in handlers.items():
-        if handler is not None and signal.getsignal(number) is not handler:
-            signal.signal(number, handler)
+@contextlib.contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Keep this process's SIGTERM/SIGINT handlers across the block: ray.init installs a driver's own and
+    ray.shutdown leaves them (the training guards and the CLI rely on theirs; seen leaking across the suite)."""
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set them
+            for number, handler in saved.items():
+                if handler is not None:  # None: installed outside Python, nothing to put back
+                    signal.signal(number, handler)
 
 
 class ServeDeployer:
@@ -174,22 +174,19 @@ class ServeDeployer:
         from gateway import candidate_apps
 
         started = time.monotonic()
-        # ray.init installs its own SIGTERM/SIGINT handlers in a driver and ray.shutdown leaves them: put back
-        # the process's own (the training guards and the CLI rely on theirs; seen leaking across the suite).
-        handlers = _signal_handlers()
-        ray.init(address=self.gateway.ray.address or "auto", log_to_driver=False)
-        try:
-            if action == "deploy":
-                names = candidate_apps.deploy(self.gateway, spec.model, spec.draft, self.options.app_name)
-            else:
-                names = candidate_apps.remove(self.gateway, self.options.app_name)
-        except TandemError:
-            raise
-        except Exception as exc:  # Serve's deploy failures carry the replica's error
-            raise RolloutError(f"{action} candidate applications: {type(exc).__name__}: {exc}") from exc
-        finally:
-            ray.shutdown()
-            _restore_signal_handlers(handlers)
+        with _own_signal_handlers():
+            ray.init(address=self.gateway.ray.address or "auto", log_to_driver=False)
+            try:
+                if action == "deploy":
+                    names = candidate_apps.deploy(self.gateway, spec.model, spec.draft, self.options.app_name)
+                else:
+                    names = candidate_apps.remove(self.gateway, self.options.app_name)
+            except TandemError:
+                raise
+            except Exception as exc:  # Serve's deploy failures carry the replica's error
+                raise RolloutError(f"{action} candidate applications: {type(exc).__name__}: {exc}") from exc
+            finally:
+                ray.shutdown()
         log.info(
             "event=candidate_apps action=%s applications=%s seconds=%.1f",
             action,
