@@ -48,11 +48,11 @@ def _register() -> None:
 
     app.add_typer(keys_app, name="keys")
 
-    from infra.rollout_cli import rollout_app
+    from release.rollout_cli import rollout_app
 
     app.add_typer(rollout_app, name="rollout")
 
-    from infra.release_cli import release_command
+    from release.release_cli import release_command
 
     app.command("release")(release_command)
 

@@ -1,6 +1,6 @@
 """Canary traffic split and per-release metrics for the ingress.
 
-The rollout controller (``infra/rollout_controller.py``) publishes weights to a JSON file; every ingress
+The rollout controller (``release/rollout_controller.py``) publishes weights to a JSON file; every ingress
 replica reads it (re-read when its mtime changes) and sends each client, sticky by API key or session id,
 to the stable or the candidate release. The per-release metrics it records with ``ray.util.metrics`` are
 what the controller analyses (Ray exports them as ``ray_tandem_*``).
@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gateway.traffic import TrafficWeights, load_traffic_weights
 from infra.errors import TandemError
-from infra.rollout import TrafficWeights, load_traffic_weights
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Candidate tiers deployed after the gateway started, as their own Serve applications (one per tier).
 
 ``tandem serve`` with ``canary.late_candidates`` leaves its own application alone; the rollout deployer
-(:class:`gateway.serve_app.ServeDeployer`) calls :func:`deploy` / :func:`remove` as a short-lived Ray driver,
+(:class:`release.serve_deployer.ServeDeployer`) calls :func:`deploy` / :func:`remove` as a short-lived Ray driver,
 or runs ``python -m gateway.candidate_apps deploy|remove`` in a child process when it is already a driver of
 some cluster, so the two connections never mix.
 The gateway's ingress reaches these engines by deployment handle (``TandemIngress._bind_late_candidate``).

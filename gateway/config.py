@@ -47,11 +47,11 @@ class CanaryConfig(BaseModel):
     )
     weights_file: Path = Field(
         Path("rollout-state/weights.json"),
-        description="Where `tandem rollout` publishes traffic weights (infra/rollout.yaml traffic.weights_file).",
+        description="Where `tandem rollout` publishes traffic weights (release/rollout.yaml traffic.weights_file).",
     )
     late_candidates: bool = Field(
         False,
-        description="Without `model`: accept a candidate that `tandem rollout` (gateway.serve_app:ServeDeployer) "
+        description="Without `model`: accept a candidate that `tandem rollout` (release.serve_deployer:ServeDeployer) "
         "deploys later as its own Serve applications, one per tier, leaving this application's replicas "
         "untouched. Starts Ray's dashboard and lets the deployer scale the stable tiers.",
     )

@@ -48,7 +48,7 @@ def start_gateway(
     progress("preparing model artifacts")
     resolved = prepare_release(config)
     progress("starting Ray")
-    # A candidate slot is scaled in place by the rollout deployer (gateway.serve_app.ServeDeployer) through
+    # A candidate slot is scaled in place by the rollout deployer (release.serve_deployer.ServeDeployer) through
     # the dashboard's scale endpoint, which Serve opens only to applications run with an external scaler.
     in_place_rollout = bool(config.canary.model) or config.canary.late_candidates
     if not ray.is_initialized():

@@ -4,7 +4,7 @@ Attribute names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*`
 (``tandem.tier``, ``tandem.version``, ``tandem.routing.reason``). With an OTLP endpoint configured, spans
 and metrics go to the collector over OTLP/HTTP; the collector's Prometheus exporter turns the metric
 names into ``tandem_gateway_requests_total``, ``gen_ai_server_time_to_first_token_seconds_bucket`` and
-so on, which ``infra/grafana/tandem-dashboard.json`` charts. Without an endpoint nothing is exported.
+so on, which ``release/grafana/tandem-dashboard.json`` charts. Without an endpoint nothing is exported.
 """
 
 from __future__ import annotations

@@ -31,3 +31,7 @@ class ArtifactExists(RegistryError):
 
 class IntegrityError(RegistryError):
     """An artifact's bytes do not match its manifest (corrupted or tampered)."""
+
+
+class RolloutError(TandemError):
+    """A rollout cannot start or continue (bad gate report, corrupt state, refused transition)."""

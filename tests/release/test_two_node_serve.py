@@ -27,11 +27,11 @@ import httpx
 import pytest
 import yaml
 
-from gateway.serve_app import deployment_name
+from gateway.canary import deployment_name
 from gateway.server import APP_NAME
 from serving.tiny import build_tiny_llama
 from tests.conftest import REPO, _tail
-from tests.infra.test_rollout_ray_metrics import RAY, _stop, free_ports
+from tests.release.test_rollout_ray_metrics import RAY, _stop, free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,9 +11,10 @@ import httpx
 import pytest
 import yaml
 
-from gateway.serve_app import ServeDeployer, deployment_name
-from infra.errors import ConfigError
-from infra.rollout import RolloutConfig, RolloutError
+from gateway.canary import deployment_name
+from infra.errors import ConfigError, RolloutError
+from release.rollout import RolloutConfig
+from release.serve_deployer import ServeDeployer
 
 CANDIDATE = "smollm2-135m-instruct@v2"
 STABLE_TIERS = (deployment_name("tandem-standard"), deployment_name("tandem-fast"))
@@ -73,7 +74,7 @@ def _rollout(tmp_path: Path, candidate: str = CANDIDATE) -> RolloutConfig:
         "gate": {"path": str(tmp_path / "gate.md")},
         "steps": [{"weight": 100}],
         "deployment": {
-            "deployer": "gateway.serve_app:ServeDeployer",
+            "deployer": "release.serve_deployer:ServeDeployer",
             "options": {"gateway_config": str(gateway), "dashboard_url": "http://dashboard", "poll_seconds": 0.01},
         },
     })  # fmt: skip
@@ -132,7 +133,7 @@ def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch:
     gateway's own application in place."""
     import subprocess
 
-    from gateway import serve_app
+    from release import serve_deployer
 
     config = _rollout(tmp_path, candidate="smollm2-135m-instruct@v3")
     gateway = Path(config.deployment.options["gateway_config"])
@@ -146,7 +147,7 @@ def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch:
         return subprocess.CompletedProcess(argv, 0, "tandem-candidate-standard tandem-candidate-fast\n", "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    monkeypatch.setattr(serve_app, "_ray_connected", lambda: True)
+    monkeypatch.setattr(serve_deployer, "_ray_connected", lambda: True)
     dashboard = FakeDashboard()
     deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
     deployer.deploy("candidate", config.candidate)
@@ -174,7 +175,8 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
     itself; a deploy failure becomes a RolloutError and the connection is closed either way."""
     import ray
 
-    from gateway import candidate_apps, serve_app
+    from gateway import candidate_apps
+    from release import serve_deployer
 
     config = _rollout(tmp_path, candidate="smollm2-135m-instruct@v3")
     gateway = Path(config.deployment.options["gateway_config"])
@@ -182,7 +184,7 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
         yaml.safe_dump(yaml.safe_load(gateway.read_text()) | {"canary": {"late_candidates": True}})
     )
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(serve_app, "_ray_connected", lambda: False)
+    monkeypatch.setattr(serve_deployer, "_ray_connected", lambda: False)
 
     def fake_init(address: str, **kwargs: Any) -> None:  # a driver's ray.init takes SIGTERM over
         calls.append(("init", address))

@@ -32,11 +32,12 @@ import httpx
 import pytest
 import yaml
 
-from gateway.canary import candidate_app_name
-from gateway.serve_app import ServeDeployer, deployment_name
+from gateway.canary import candidate_app_name, deployment_name
+from infra.errors import RolloutError
 from infra.registry import FileRegistry
-from infra.rollout import RolloutConfig, RolloutError
-from infra.rollout_controller import RolloutPhase, open_controller
+from release.rollout import RolloutConfig
+from release.rollout_controller import RolloutPhase, open_controller
+from release.serve_deployer import ServeDeployer
 from tests.conftest import REPO, _tail, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.rollout_e2e]
@@ -239,7 +240,7 @@ def _rollout_config(work: Path, gateway: RunningGateway, candidate: str) -> Roll
         "traffic": {"salt": "e2e", "weights_file": str(work / "weights.json")},
         "metrics": {"urls": [f"{gateway.base_url}/metrics"]},
         "deployment": {
-            "deployer": "gateway.serve_app:ServeDeployer",
+            "deployer": "release.serve_deployer:ServeDeployer",
             "options": {"gateway_config": str(gateway.config_path), "dashboard_url": gateway.dashboard_url},
         },
     })  # fmt: skip

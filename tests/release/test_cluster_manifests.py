@@ -1,4 +1,4 @@
-"""The cluster manifests in infra/cluster/: RayService against its schema and Ray's Serve schema, the tier
+"""The cluster manifests in release/cluster/: RayService against its schema and Ray's Serve schema, the tier
 config inside it against Tandem's own, Prometheus config and alert rules (promtool when installed: rule
 unit tests included), and the OTel collector's pipelines."""
 
@@ -18,7 +18,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from gateway.config import TandemConfig
 
-CLUSTER = Path(__file__).resolve().parents[2] / "infra" / "cluster"
+CLUSTER = Path(__file__).resolve().parents[2] / "release" / "cluster"
 IMPORT_PATH = "gateway.serve_app:app_builder"
 PROMTOOL = shutil.which("promtool")
 
@@ -170,7 +170,7 @@ def test_alert_rules_have_the_expected_groups_and_alerts() -> None:
 
 
 def test_alert_rules_read_the_metrics_the_rollout_controller_reads() -> None:
-    from infra.rollout import MetricsConfig
+    from release.rollout import MetricsConfig
 
     text = (CLUSTER / "alert-rules.yml").read_text()
     metrics = MetricsConfig()

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from gateway.traffic import ReleaseName, ReleaseSpec
+from infra.errors import RolloutError
 from infra.registry import FileRegistry
-from infra.rollout import Histogram, MetricsSnapshot, ReleaseCounters, ReleaseName, ReleaseSpec, RolloutConfig
-from infra.rollout_controller import (
+from release.rollout import Histogram, MetricsSnapshot, ReleaseCounters, RolloutConfig
+from release.rollout_controller import (
     COMMAND_FILE,
     RolloutController,
-    RolloutError,
     RolloutPhase,
     load_state,
     request_command,

@@ -1,4 +1,4 @@
-"""``tandem release``: a thin shell over :func:`infra.release.run_release` that prints the stage table."""
+"""``tandem release``: a thin shell over :func:`release.release.run_release` that prints the stage table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra.release import STAGES, ReleaseReport, StageRecord, load_release_config, run_release
+from release.release import STAGES, ReleaseReport, StageRecord, load_release_config, run_release
 
 console = Console()
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "dim", "not_run": "yellow"}
@@ -42,7 +42,7 @@ def release_command(
     ],
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="Release YAML (infra.release.ReleaseConfig): per-stage settings."),
+        typer.Option("--config", help="Release YAML (release.release.ReleaseConfig): per-stage settings."),
     ] = None,
     registry: Annotated[str | None, typer.Option(help="Registry URL (file:// or s3://).")] = None,
     work_dir: Annotated[

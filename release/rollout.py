@@ -1,15 +1,15 @@
-"""Rollout configuration (``infra/rollout.yaml``) and the sticky traffic split the ingress applies.
+"""Rollout configuration (``release/rollout.yaml``): steps, analysis, gate, traffic and metrics.
 
 A rollout moves traffic from the *stable* release to a *candidate* release in steps. Each step holds a
 traffic weight until its minimum duration and request count are met and the candidate's window metrics
 stay within the analysis thresholds, compared with the stable release over the same window. The eval
 gate report must say "pass" before the first step. The controller that executes this lives in
-``infra.rollout_controller``; this module only declares and validates what it executes.
+``release.rollout_controller``; this module only declares and validates what it executes. The sticky
+split itself (:class:`TrafficWeights`) belongs to the ingress that applies it (``gateway.traffic``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
@@ -18,57 +18,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
+from gateway.traffic import (
+    RELEASES,
+    ReleaseName,
+    ReleaseSpec,
+    check_ref,
+)
 from infra.config import load_model_file
-from infra.errors import RegistryError, TandemError
-from infra.registry import Registry, parse_ref
+from infra.errors import RolloutError
+from infra.registry import Registry
 
-ReleaseName = Literal["stable", "candidate"]
-RELEASES: tuple[ReleaseName, ReleaseName] = ("stable", "candidate")
 DEFAULT_ROLLOUT_PATH = Path(__file__).resolve().parent / "rollout.yaml"
-
-
-class RolloutError(TandemError):
-    """A rollout cannot start or continue (bad gate report, corrupt state, refused transition)."""
-
-
-# ---------------------------------------------------------------------------------------------- split
-def assign_release(sticky_key: str, candidate_weight: int, salt: str) -> ReleaseName:
-    """The release a request goes to: ``sha256(salt + key) mod 100 < candidate_weight`` -> candidate.
-
-    Sticky: the same API key or session id always lands in the same bucket for a given salt, so a client
-    sees one release throughout a step, and raising the weight only moves stable clients over (never
-    back). Weight 0 sends everything to stable, 100 everything to the candidate.
-    """
-    if not 0 <= candidate_weight <= 100:
-        raise ValueError(f"candidate_weight must be within 0..100, got {candidate_weight}")
-    digest = hashlib.sha256(f"{salt}\x00{sticky_key}".encode()).digest()
-    bucket = int.from_bytes(digest[:8], "big") % 100
-    return "candidate" if bucket < candidate_weight else "stable"
 
 
 # ---------------------------------------------------------------------------------------------- config
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def _check_ref(ref: str) -> str:
-    try:
-        parse_ref(ref)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from exc
-    return ref
-
-
-class ReleaseSpec(_Strict):
-    """One release: the target model and, for the fast tier, its draft, both as registry refs."""
-
-    model: str = Field(description="Registry ref of the weights, 'name@version'.")
-    draft: str | None = Field(None, description="Registry ref of the fast tier's draft; none: n-gram/auto.")
-
-    @field_validator("model", "draft")
-    @classmethod
-    def _valid_ref(cls, value: str | None) -> str | None:
-        return None if value is None else _check_ref(value)
 
 
 class UpperLimit(_Strict):
@@ -144,7 +109,7 @@ class GateRequirement(_Strict):
         if (self.path is None) == (self.ref is None):
             raise ValueError("set exactly one of `path` (a local report) or `ref` (a registry artifact)")
         if self.ref is not None:
-            _check_ref(self.ref)
+            check_ref(self.ref)
         return self
 
 
@@ -169,37 +134,6 @@ class TrafficConfig(_Strict):
         Path("rollout-state/weights.json"),
         description="Where the controller publishes weights for the ingress.",
     )
-
-
-class TrafficWeights(BaseModel):
-    """The weights file the controller publishes and the ingress reads (``traffic.weights_file``)."""
-
-    stable: int = Field(100, ge=0, le=100)
-    candidate: int = Field(0, ge=0, le=100)
-    salt: str = "tandem"
-    releases: dict[ReleaseName, ReleaseSpec] = Field(default_factory=dict)
-    updated_at: str = ""
-
-    @model_validator(mode="after")
-    def _sum_to_100(self) -> TrafficWeights:
-        if self.stable + self.candidate != 100:
-            raise ValueError(f"stable + candidate must be 100, got {self.stable} + {self.candidate}")
-        return self
-
-    def release_for(self, sticky_key: str) -> ReleaseName:
-        """The release one API key or session id is routed to under these weights."""
-        return assign_release(sticky_key, self.candidate, self.salt)
-
-
-def load_traffic_weights(path: Path) -> TrafficWeights:
-    """The published weights; everything on stable while no rollout has published any."""
-    path = Path(path)
-    if not path.is_file():
-        return TrafficWeights()
-    try:
-        return TrafficWeights.model_validate_json(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RolloutError(f"{path}: unreadable traffic weights: {exc}") from exc
 
 
 def _by_release_label() -> dict[ReleaseName, dict[str, str]]:
@@ -254,7 +188,7 @@ class DeploymentCommands(_Strict):
     """How a release's tiers are deployed and removed.
 
     ``deployer`` names a factory ``module:attribute`` that builds a Deployer from the rollout config and
-    reads its own settings from ``options``; ``gateway.serve_app:ServeDeployer`` updates a running
+    reads its own settings from ``options``; ``release.serve_deployer:ServeDeployer`` updates a running
     ``tandem serve`` application in place. Without it the ``deploy`` / ``remove`` argv lists run
     (``kubectl apply``, ``serve deploy``...) with ``{release}``, ``{model}`` and ``{draft}`` substituted;
     with neither, the release's tiers are managed outside the controller, which then only moves traffic.
@@ -277,7 +211,7 @@ class DeploymentCommands(_Strict):
 
 
 class RolloutConfig(_Strict):
-    """Everything ``tandem rollout`` executes, parsed from ``infra/rollout.yaml``."""
+    """Everything ``tandem rollout`` executes, parsed from ``release/rollout.yaml``."""
 
     name: str = Field(
         description="Rollout name: the registry artifact of its audit report is 'rollout-<name>'."
@@ -322,7 +256,7 @@ class RolloutConfig(_Strict):
 
 
 def load_rollout_config(path: Path | None = None) -> RolloutConfig:
-    """Parse ``path`` (default ``infra/rollout.yaml``); a ConfigError names the file and field."""
+    """Parse ``path`` (default ``release/rollout.yaml``); a ConfigError names the file and field."""
     return load_model_file(Path(path or DEFAULT_ROLLOUT_PATH), RolloutConfig)
 
 

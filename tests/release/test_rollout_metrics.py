@@ -17,19 +17,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.rollout import (
-    Histogram,
-    MetricsConfig,
-    ReleaseCounters,
-    ReleaseSpec,
-    RolloutError,
-    assign_release,
-    histogram_quantile,
-    load_traffic_weights,
-    window_metrics,
+from gateway.traffic import ReleaseSpec, assign_release, load_traffic_weights
+from infra.errors import RolloutError
+from release.rollout import Histogram, MetricsConfig, ReleaseCounters, histogram_quantile, window_metrics
+from release.rollout_cli import rollout_app
+from release.rollout_controller import (
+    CommandDeployer,
+    FileTrafficSplitter,
+    PrometheusMetricsSource,
+    load_state,
 )
-from infra.rollout_cli import rollout_app
-from infra.rollout_controller import CommandDeployer, FileTrafficSplitter, PrometheusMetricsSource, load_state
 
 BOUNDS = ["0.1", "0.5", "1.0", "2.5", "+Inf"]
 

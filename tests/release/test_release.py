@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from infra.registry import FileRegistry
-from infra.release import STAGES, ReleaseConfig, load_report, run_release
+from release.release import STAGES, ReleaseConfig, load_report, run_release
 from serving.tiny import build_tiny_llama
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 It talks to the world only through three protocols, so it runs the same against a live gateway and in
 tests: a :class:`TrafficSplitter` (publishes weights to the ingress), a :class:`MetricsSource` (cumulative
 per-release counters, e.g. scraped from the gateway's Prometheus ``/metrics``) and a :class:`Deployer`
-(deploys or removes a release's tiers); their implementations are in :mod:`infra.rollout_adapters`. Every decision goes to a JSONL audit log with its evidence; the
+(deploys or removes a release's tiers); their implementations are in :mod:`release.rollout_adapters`. Every decision goes to a JSONL audit log with its evidence; the
 state is written atomically after every tick, so a restarted controller resumes where it stopped. Traffic
 never stays on a removed release: weight goes to 0 first, the release is removed after a drain.
 """
@@ -26,23 +26,20 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from infra.errors import ArtifactExists
+from gateway.traffic import RELEASES, ReleaseName, ReleaseSpec
+from infra.errors import ArtifactExists, RolloutError
 from infra.manifest import Lineage
 from infra.registry import Registry
-from infra.rollout import (
-    RELEASES,
+from release.rollout import (
     MetricsSnapshot,
-    ReleaseName,
-    ReleaseSpec,
     RolloutConfig,
-    RolloutError,
     evaluate_analysis,
     read_gate_verdict,
     window_metrics,
 )
 
 # The adapters live in their own module; these names stay importable from here.
-from infra.rollout_adapters import (
+from release.rollout_adapters import (
     CommandDeployer,
     Deployer,
     FileTrafficSplitter,

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from infra.config import load_model_file
 from infra.errors import ConfigError, TandemError
 from infra.registry import parse_ref
-from infra.rollout_adapters import atomic_write_text
+from release.rollout_adapters import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class GateStage(_Strict):
 
 class RolloutStage(_Strict):
     config: Path = Field(
-        Path("infra/rollout.yaml"),
+        Path("release/rollout.yaml"),
         description="Rollout template: its steps, analysis, traffic, metrics and deployment are used; the "
         "pipeline fills in the candidate, its draft and the gate report.",
     )
@@ -262,7 +262,7 @@ def run_distill(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, s
         settings = DistillConfig.model_validate(data)
     except ValueError as exc:
         raise ConfigError(f"distill settings: {exc}") from exc
-    manifest = distill_draft(settings, show_progress=False)
+    manifest = distill_draft(settings)
     return {"draft": manifest.ref}
 
 
@@ -328,8 +328,8 @@ def run_gate_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str
 def run_rollout_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
     """Canary-roll the candidate out against ``base`` with the template's steps; anything but promoted fails."""
     from infra.registry import open_registry
-    from infra.rollout import RolloutConfig, load_rollout_config
-    from infra.rollout_controller import controller_lock, open_controller
+    from release.rollout import RolloutConfig, load_rollout_config
+    from release.rollout_controller import controller_lock, open_controller
 
     template = load_rollout_config(config.rollout.config)
     candidate = {"model": _need(artifacts, "candidate", "rollout"), "draft": artifacts.get("draft")}

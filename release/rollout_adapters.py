@@ -1,7 +1,7 @@
 """The rollout controller's adapters to the world: where metrics come from, how weights reach the
 ingress, and how a release's tiers are deployed.
 
-Each adapter satisfies one protocol of :class:`~infra.rollout_controller.RolloutController`. Deployers are
+Each adapter satisfies one protocol of :class:`~release.rollout_controller.RolloutController`. Deployers are
 chosen by the rollout config: ``deployment.deployer`` names a factory by import path (``module:attribute``,
 as Ray Serve's ``import_path``), so a package downstream of ``infra`` (the gateway's in-place Serve update)
 plugs in without ``infra`` importing it; unset, the ``deploy`` / ``remove`` commands run.
@@ -23,18 +23,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from infra.rollout import (
-    RELEASES,
-    Histogram,
-    MetricsConfig,
-    MetricsSnapshot,
-    ReleaseCounters,
-    ReleaseName,
-    ReleaseSpec,
-    RolloutConfig,
-    RolloutError,
-    TrafficWeights,
-)
+from gateway.traffic import RELEASES, ReleaseName, ReleaseSpec, TrafficWeights
+from infra.errors import RolloutError
+from release.rollout import Histogram, MetricsConfig, MetricsSnapshot, ReleaseCounters, RolloutConfig
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +118,7 @@ class TrafficSplitter(Protocol):
 
 
 class FileTrafficSplitter:
-    """Publishes :class:`~infra.rollout.TrafficWeights` as JSON, atomically, for the ingress to read.
+    """Publishes :class:`~release.rollout.TrafficWeights` as JSON, atomically, for the ingress to read.
 
     The ingress re-reads the file when its mtime changes (``load_traffic_weights``) and routes each request
     with ``weights.release_for(api_key or session_id)``.
@@ -203,6 +194,6 @@ def load_deployer(config: RolloutConfig) -> Deployer:
     except (ImportError, AttributeError, ValueError) as exc:
         raise RolloutError(
             f"deployment.deployer {deployment.deployer!r}: cannot import it ({exc}); "
-            "expected 'module:attribute', e.g. gateway.serve_app:ServeDeployer"
+            "expected 'module:attribute', e.g. release.serve_deployer:ServeDeployer"
         ) from exc
     return factory(config)

@@ -1,4 +1,4 @@
-"""``tandem rollout start|status|promote|abort``: a thin shell over :mod:`infra.rollout_controller`."""
+"""``tandem rollout start|status|promote|abort``: a thin shell over :mod:`release.rollout_controller`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from infra.errors import RolloutError
 from infra.registry import open_registry
-from infra.rollout import DEFAULT_ROLLOUT_PATH, RolloutError, load_rollout_config
-from infra.rollout_controller import (
+from release.rollout import DEFAULT_ROLLOUT_PATH, load_rollout_config
+from release.rollout_controller import (
     AUDIT_FILE,
     RolloutPhase,
     RolloutState,

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.rollout import MetricsConfig, ReleaseCounters, window_metrics
-from infra.rollout_controller import PrometheusMetricsSource
+from release.rollout import MetricsConfig, ReleaseCounters, window_metrics
+from release.rollout_controller import PrometheusMetricsSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
 

@@ -10,15 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.errors import ConfigError
+from gateway.traffic import assign_release
+from infra.errors import ConfigError, RolloutError
 from infra.registry import FileRegistry
-from infra.rollout import (
+from release.rollout import (
     AnalysisThresholds,
     GateRequirement,
     RolloutConfig,
-    RolloutError,
     WindowMetrics,
-    assign_release,
     evaluate_analysis,
     load_rollout_config,
     parse_gate_report,
@@ -45,7 +44,7 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def test_shipped_rollout_yaml_parses() -> None:
-    config = load_rollout_config(REPO / "infra" / "rollout.yaml")
+    config = load_rollout_config(REPO / "release" / "rollout.yaml")
     assert [step.weight for step in config.steps] == [10, 50, 100]
     last = config.thresholds(2)
     assert (
