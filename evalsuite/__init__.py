@@ -1,15 +1,16 @@
-"""Tandem's eval suite: Inspect tasks (terminal, documents, agent), seeded generators with disjoint splits,
-verifiers usable as RL rewards, the ``bwrap`` sandbox provider and the paired release gate.
+"""Tandem's eval suite: a registry of eval families (built in: terminal, documents, agent; one folder each
+under ``evalsuite/families``), seeded generators with disjoint splits, verifiers usable as RL rewards, the
+``bwrap`` sandbox provider and the paired release gate.
 
-This ``__init__`` stays light (no Inspect import): the generators and verifiers are plain Python.
-Inspect-facing pieces live in ``evalsuite.tasks``, ``evalsuite.sandbox``, ``evalsuite.runner``.
+This ``__init__`` stays light (no Inspect import): the registry, generators and verifiers are plain Python.
+Inspect-facing pieces live in each family's ``task`` module, ``evalsuite.sandbox``, ``evalsuite.runner``.
 """
 
 from evalsuite.errors import EvalError, GateError, GeneratorError, SandboxError
 from evalsuite.generators import DEFAULT_ROTATION_KEY, generate_instance, generate_instances, task_types
+from evalsuite.registry import ENTRY_POINT_GROUP, EvalFamily, eval_family, families, family_names, get_family
 from evalsuite.schema import (
     DIFFICULTIES,
-    FAMILIES,
     SPLITS,
     Difficulty,
     Family,
@@ -18,16 +19,16 @@ from evalsuite.schema import (
     TerminalCheck,
     VerifierResult,
 )
-from evalsuite.verifiers import AgentTrace, TerminalObservation, ToolCallRecord, verify
+from evalsuite.verifiers import verify
 
 __all__ = [
     "DEFAULT_ROTATION_KEY",
     "DIFFICULTIES",
-    "FAMILIES",
+    "ENTRY_POINT_GROUP",
     "SPLITS",
-    "AgentTrace",
     "Difficulty",
     "EvalError",
+    "EvalFamily",
     "Family",
     "GateError",
     "GeneratorError",
@@ -35,11 +36,13 @@ __all__ = [
     "Split",
     "TaskInstance",
     "TerminalCheck",
-    "TerminalObservation",
-    "ToolCallRecord",
     "VerifierResult",
+    "eval_family",
+    "families",
+    "family_names",
     "generate_instance",
     "generate_instances",
+    "get_family",
     "task_types",
     "verify",
 ]

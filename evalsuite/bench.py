@@ -68,11 +68,12 @@ def run_eval_bench(
 ) -> dict[str, Any]:
     """Measure sandbox start+exec+cleanup latency (ms, p50/p95) and suite throughput (samples/s).
 
-    Throughput runs all three families at ``concurrency`` concurrent samples against ``model``; the default
+    Throughput runs every registered family at ``concurrency`` concurrent samples against ``model``; the default
     mockllm answers instantly, so the figure is the harness + sandbox + scoring ceiling, not a model's speed.
     """
     from inspect_ai import eval as inspect_eval
 
+    from evalsuite.registry import family_names
     from evalsuite.runner import build_tasks, resolve_model
 
     phases = asyncio.run(_sandbox_latencies(sandboxes, concurrency))
@@ -80,7 +81,7 @@ def run_eval_bench(
         phase: {"p50_ms": round(statistics.median(v), 2), "p95_ms": round(_percentile(v, 0.95), 2)}
         for phase, v in phases.items()
     }
-    tasks = build_tasks(["terminal", "documents", "agent"], split="dev", limit=samples_per_family)
+    tasks = build_tasks(list(family_names()), split="dev", limit=samples_per_family)
     log_dir = tempfile.mkdtemp(prefix="tandem-eval-bench-")
     started = time.perf_counter()
     model_args: dict[str, Any] = {"custom_outputs": _instant_answer} if model.startswith("mockllm/") else {}

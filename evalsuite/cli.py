@@ -12,7 +12,9 @@ console = Console()
 
 def eval_command(
     model: str = typer.Option(..., "--model", help="Bare gateway id (tandem-fast) or Inspect model name."),
-    families: str = typer.Option("terminal,documents,agent", "--families", help="Comma-separated families."),
+    families: str | None = typer.Option(
+        None, "--families", help="Comma-separated families (default: every registered family)."
+    ),
     split: str = typer.Option("test", "--split", help="train | dev | test"),
     limit: int = typer.Option(20, "--limit", min=1, help="Samples per family."),
     base_url: str | None = typer.Option(
@@ -31,7 +33,8 @@ def eval_command(
     """Run the eval suite against a model and write Inspect logs; exit 1 if any task did not complete."""
     from evalsuite.runner import run_eval
 
-    paths = run_eval(model, [f.strip() for f in families.split(",") if f.strip()], split, limit, base_url,
+    chosen = [f.strip() for f in families.split(",") if f.strip()] if families else None
+    paths = run_eval(model, chosen, split, limit, base_url,
                      log_dir, seed, difficulty, rotation_key, max_samples, max_tokens=max_tokens,
                      max_tasks=max_tasks)  # fmt: skip
     from inspect_ai.log import read_eval_log

@@ -15,9 +15,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from evalsuite.errors import GateError
+from evalsuite.registry import family_names
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,18 @@ class GatePolicy(BaseModel):
     bootstrap_resamples: int = Field(default=2000, ge=100)
     seed: int = 0
     families: dict[str, FamilyPolicy] = Field(
-        default_factory=lambda: {f: FamilyPolicy() for f in ("terminal", "documents", "agent")}
+        default_factory=lambda: {f: FamilyPolicy() for f in family_names()},
+        description="Families the gate checks, with their thresholds (default: every registered family).",
     )
     parity: ParityPolicy = Field(default_factory=ParityPolicy)
+
+    @field_validator("families")
+    @classmethod
+    def _registered(cls, families: dict[str, FamilyPolicy]) -> dict[str, FamilyPolicy]:
+        unknown = sorted(set(families) - set(family_names()))
+        if unknown:
+            raise ValueError(f"unknown families {unknown} (allowed: {', '.join(family_names())})")
+        return families
 
 
 class SampleOutcome(BaseModel):

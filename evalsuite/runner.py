@@ -11,7 +11,8 @@ from evalsuite.errors import EvalError
 from evalsuite.gate import GateVerdict, evaluate_gate, load_policy, read_outcomes
 from evalsuite.gate_report import write_reports
 from evalsuite.generators import DEFAULT_ROTATION_KEY
-from evalsuite.schema import DIFFICULTIES, FAMILIES, SPLITS
+from evalsuite.registry import family_names, get_family
+from evalsuite.schema import DIFFICULTIES, SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +44,18 @@ def build_tasks(
     difficulty: str | None = None,
     rotation_key: str = DEFAULT_ROTATION_KEY,
 ) -> list[Any]:
-    """Inspect ``Task`` objects for ``families`` (``limit`` samples each)."""
-    from evalsuite.tasks import TASKS
-
-    unknown = [f for f in families if f not in FAMILIES]
+    """Inspect ``Task`` objects for ``families`` (``limit`` samples each), from the family registry."""
+    unknown = [f for f in families if f not in family_names()]
     if unknown:
-        raise EvalError(f"unknown families {unknown} (allowed: {', '.join(FAMILIES)})")
+        raise EvalError(f"unknown families {unknown} (allowed: {', '.join(family_names())})")
     if split not in SPLITS:
         raise EvalError(f"unknown split {split!r} (allowed: {', '.join(SPLITS)})")
     if difficulty is not None and difficulty not in DIFFICULTIES:
         raise EvalError(f"unknown difficulty {difficulty!r} (allowed: {', '.join(DIFFICULTIES)})")
     return [
-        TASKS[f](split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key)
+        get_family(f).load_task()(
+            split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key
+        )
         for f in families
     ]
 
@@ -74,10 +75,11 @@ def run_eval(
     max_tokens: int = 512,
     max_tasks: int | None = None,
 ) -> list[Path]:
-    """Evaluate ``model`` (name or Inspect ``Model``) on the suite; returns the Inspect log files written."""
+    """Evaluate ``model`` (name or Inspect ``Model``) on ``families`` (default: every registered family);
+    returns the Inspect log files written."""
     from inspect_ai import eval as inspect_eval
 
-    tasks = build_tasks(list(families or FAMILIES), split, limit, seed, difficulty, rotation_key)
+    tasks = build_tasks(list(families or family_names()), split, limit, seed, difficulty, rotation_key)
     resolved = resolve_model(model, base_url) if isinstance(model, str) else model
     # Without a cap an OpenAI-compatible server may decode up to the whole context window per turn.
     # Families run side by side by default: a served model batches their requests, one at a time idles it.

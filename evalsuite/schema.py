@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-Family = Literal["terminal", "documents", "agent"]
+
+def _registered(name: str) -> str:
+    from evalsuite.registry import family_names
+
+    if name not in family_names():
+        raise ValueError(f"unknown family {name!r} (allowed: {', '.join(family_names())})")
+    return name
+
+
+# A family is any name in the registry (evalsuite.registry), not a fixed list: families register themselves.
+Family = Annotated[str, AfterValidator(_registered)]
 Split = Literal["train", "dev", "test"]
 Difficulty = Literal["easy", "medium", "hard"]
 
-FAMILIES: tuple[Family, ...] = ("terminal", "documents", "agent")
 SPLITS: tuple[Split, ...] = ("train", "dev", "test")
 DIFFICULTIES: tuple[Difficulty, ...] = ("easy", "medium", "hard")
 

@@ -8,8 +8,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.schema import Difficulty, Family
 
-SUPPORTED_FAMILIES: tuple[Family, ...] = ("documents", "terminal")
-
 
 class TaskPoolConfig(BaseModel):
     """Which generated train-split tasks the policy practises on, and how the curriculum moves."""
@@ -17,7 +15,8 @@ class TaskPoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     families: list[Family] = Field(
-        default_factory=lambda: list[Family](["documents"]), description="Task families to train."
+        default_factory=lambda: ["documents"],
+        description="Task families to train: any registered eval family with a rollout format.",
     )
     quotas: dict[str, float] = Field(
         default_factory=dict,

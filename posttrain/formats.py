@@ -2,8 +2,10 @@
 and how a completion becomes the verifier's input.
 
 The policy only ever sees ``messages(instance)`` (the instance prompt plus a system instruction); the
-expected answer, checks and hidden files stay on the reward side. Formats register with
-:func:`rollout_format`, so a new family plugs in without touching the trainers.
+expected answer, checks and hidden files stay on the reward side. A family whose eval registration declares
+a reference answer (its verifier takes the completion text, as documents' does) is trained single-turn with
+no code here: :class:`SingleTurnFormat` uses its own system prompt, reference answers and verifier. A family
+that trains on another protocol registers a format with :func:`rollout_format` (terminal: one script).
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-from evalsuite.prompts import DOCUMENTS_SYSTEM
+from evalsuite.errors import GeneratorError
+from evalsuite.registry import EvalFamily, families, get_family
 from evalsuite.schema import TaskInstance, VerifierResult
 from posttrain.errors import UnsupportedFamily
 
 Message = dict[str, str]
 
 # Single-turn terminal rollouts answer with a whole script; the Inspect terminal task is multi-turn with a
-# bash tool (evalsuite.prompts.TERMINAL_SYSTEM), so this family trains on a different protocol than it is
+# bash tool (evalsuite.families.terminal.prompt.TERMINAL_SYSTEM), so this family trains on a different protocol than it is
 # evaluated with.
 TERMINAL_SCRIPT_SYSTEM = (
     "You are working in a Linux shell in the task's working directory; there is no network. Reply with "
@@ -54,37 +57,51 @@ def rollout_format(cls: Callable[[], RolloutFormat]) -> Callable[[], RolloutForm
     return cls
 
 
-def format_for(family: str) -> RolloutFormat:
-    """The registered format of ``family``; raises :class:`UnsupportedFamily` with the allowed ones."""
-    if family not in _FORMATS:
-        raise UnsupportedFamily(
-            f"family {family!r} has no single-turn rollout format in posttrain "
-            f"(supported: {', '.join(sorted(_FORMATS))}); agent episodes need multi-turn tool rollouts"
-        )
-    return _FORMATS[family]
+class SingleTurnFormat:
+    """A text-answer family rolled out as its eval registration says: its system prompt, its reference
+    answers as demonstrations, its verifier on the completion text. Protocol compliance is the verifier's
+    ``format`` component where it reports one (nothing to comply with otherwise)."""
 
-
-def _render_answer(value: Any) -> str:
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.2f}"
-    return str(value)
-
-
-@rollout_format
-class DocumentsFormat:
-    family = "documents"
+    def __init__(self, family: EvalFamily) -> None:
+        if family.reference_answer is None:
+            raise UnsupportedFamily(f"family {family.name!r} declares no reference answer")
+        self.family = family.name
+        self._eval_family = family
+        self._reference_answer = family.reference_answer
 
     def messages(self, instance: TaskInstance) -> list[Message]:
-        return [{"role": "system", "content": DOCUMENTS_SYSTEM}, {"role": "user", "content": instance.prompt}]
+        system = self._eval_family.system_prompt
+        prompt = {"role": "user", "content": instance.prompt}
+        return [{"role": "system", "content": system}, prompt] if system else [prompt]
 
     def demonstration(self, instance: TaskInstance) -> str:
-        return f"ANSWER: {_render_answer(instance.expected['answer'])}"
+        return self._reference_answer(instance)
 
     def score(self, instance: TaskInstance, completion: str) -> tuple[VerifierResult, float]:
-        from evalsuite.verifiers import verify_documents
+        result = self._eval_family.verify(instance, completion)
+        return result, result.components.get("format", 1.0)
 
-        result = verify_documents(instance, completion)
-        return result, result.components.get("format", 0.0)
+
+def supported_families() -> list[str]:
+    """Families post-training can roll out: a registered format, or a text-answer eval family."""
+    single_turn = {f.name for f in families() if f.reference_answer is not None}
+    return sorted(set(_FORMATS) | single_turn)
+
+
+def format_for(family: str) -> RolloutFormat:
+    """The format of ``family``; raises :class:`UnsupportedFamily` with the supported ones."""
+    if family in _FORMATS:
+        return _FORMATS[family]
+    try:
+        registered = get_family(family)
+    except GeneratorError:
+        registered = None
+    if registered is None or registered.reference_answer is None:
+        raise UnsupportedFamily(
+            f"family {family!r} has no single-turn rollout format in posttrain "
+            f"(supported: {', '.join(supported_families())}); agent episodes need multi-turn tool rollouts"
+        )
+    return SingleTurnFormat(registered)
 
 
 def extract_script(completion: str) -> str | None:
@@ -94,8 +111,8 @@ def extract_script(completion: str) -> str | None:
 
 
 async def _run_terminal(instance: TaskInstance, script: str) -> VerifierResult:
+    from evalsuite.families.terminal.verifier import verify_terminal_in_sandbox
     from evalsuite.sandbox import bwrap_sandbox
-    from evalsuite.verifiers import verify_terminal_in_sandbox
 
     async with bwrap_sandbox() as sandbox:
         for path, contents in instance.files.items():
@@ -127,10 +144,6 @@ class TerminalFormat:
         if script is None:
             return VerifierResult(score=0.0, correct=False, explanation="no bash block"), 0.0
         return asyncio.run(_run_terminal(instance, script)), 1.0
-
-
-def supported_families() -> list[str]:
-    return sorted(_FORMATS)
 
 
 def messages_json(instance: TaskInstance) -> str:

@@ -38,7 +38,7 @@ def resolve_base(ref_or_path: str, registry: Registry) -> Path:
     path = Path(ref_or_path)
     if path.is_dir():
         return path
-    from serving.bundled import BUNDLED_REF, publish_bundled_model
+    from infra.bundled import BUNDLED_REF, publish_bundled_model
 
     if ref_or_path == BUNDLED_REF and not registry.exists(BUNDLED_REF):
         publish_bundled_model(registry)

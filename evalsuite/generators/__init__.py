@@ -12,39 +12,23 @@ import logging
 import random
 
 from evalsuite.errors import GeneratorError
-from evalsuite.generators import agent, documents, terminal
-from evalsuite.generators.base import Builder, Draft, derive_seed
-from evalsuite.schema import (
-    DIFFICULTIES,
-    FAMILIES,
-    Difficulty,
-    Family,
-    Split,
-    TaskInstance,
-    content_digest,
-    split_of,
-)
+from evalsuite.generators.base import Draft, derive_seed
+from evalsuite.registry import get_family
+from evalsuite.schema import DIFFICULTIES, Difficulty, Split, TaskInstance, content_digest, split_of
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROTATION_KEY = "r0"
-BUILDERS: dict[str, dict[str, Builder]] = {
-    "terminal": terminal.BUILDERS,
-    "documents": documents.BUILDERS,
-    "agent": agent.BUILDERS,
-}
 # Candidates tried per kept instance before giving up (test keeps ~1 in 10 by design).
 _MAX_ATTEMPTS_PER_INSTANCE = 200
 
 
 def task_types(family: str) -> list[str]:
     """The task types a family generates, in a stable order."""
-    if family not in BUILDERS:
-        raise GeneratorError(f"unknown family {family!r} (allowed: {', '.join(FAMILIES)})")
-    return sorted(BUILDERS[family])
+    return get_family(family).task_types()
 
 
-def _instance(family: Family, draft: Draft, difficulty: Difficulty, seed: int) -> TaskInstance:
+def _instance(family: str, draft: Draft, difficulty: Difficulty, seed: int) -> TaskInstance:
     digest = content_digest(family, draft.task_type, draft.content())
     return TaskInstance(
         instance_id=f"{family[:3]}-{draft.task_type}-{digest[:16]}",
@@ -63,16 +47,16 @@ def _instance(family: Family, draft: Draft, difficulty: Difficulty, seed: int) -
     )
 
 
-def generate_instance(family: Family, task_type: str, difficulty: Difficulty, seed: int) -> TaskInstance:
+def generate_instance(family: str, task_type: str, difficulty: Difficulty, seed: int) -> TaskInstance:
     """Build exactly one instance from a seed (its split is whatever its content hashes to)."""
-    builders = BUILDERS.get(family)
-    if builders is None or task_type not in builders:
+    builders = get_family(family).builders
+    if task_type not in builders:
         raise GeneratorError(f"unknown task type {family}/{task_type} (allowed: {task_types(family)})")
     return _instance(family, builders[task_type](random.Random(seed), difficulty), difficulty, seed)
 
 
 def generate_instances(
-    family: Family,
+    family: str,
     split: Split,
     n: int,
     seed: int = 0,
@@ -87,7 +71,7 @@ def generate_instances(
     """
     types = [task_type] if task_type else task_types(family)
     tiers: list[Difficulty] = [difficulty] if difficulty else list(DIFFICULTIES)
-    if task_type and task_type not in BUILDERS[family]:
+    if task_type and task_type not in get_family(family).builders:
         raise GeneratorError(f"unknown task type {family}/{task_type} (allowed: {task_types(family)})")
     stream_salt = rotation_key if split == "test" else ""
     kept: list[TaskInstance] = []
@@ -112,4 +96,4 @@ def generate_instances(
     return kept
 
 
-__all__ = ["BUILDERS", "DEFAULT_ROTATION_KEY", "generate_instance", "generate_instances", "task_types"]
+__all__ = ["DEFAULT_ROTATION_KEY", "generate_instance", "generate_instances", "task_types"]

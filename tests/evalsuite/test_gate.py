@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from evalsuite.cli import gate_command
 from evalsuite.errors import GateError
+from evalsuite.families.documents.task import documents
 from evalsuite.gate import GatePolicy, SampleOutcome, evaluate_gate, mcnemar_exact_p, paired_comparison
 from evalsuite.generators import generate_instances
 from evalsuite.runner import run_gate
-from evalsuite.tasks import documents
 
 N = 12
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from evalsuite.families.terminal.verifier import verify_terminal_in_sandbox
 from evalsuite.generators import generate_instance, task_types
 from evalsuite.sandbox import BwrapConfig, BwrapSandboxEnvironment, bwrap_available, bwrap_sandbox
-from evalsuite.verifiers import verify_terminal_in_sandbox
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) not usable here")
 

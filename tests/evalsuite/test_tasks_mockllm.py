@@ -9,10 +9,12 @@ from evalsuite_oracles import agent_policy, documents_policy, terminal_policy
 from inspect_ai import eval as inspect_eval
 from inspect_ai.model import get_model
 
+from evalsuite.families.agent.task import agent
+from evalsuite.families.documents.task import documents
+from evalsuite.families.terminal.task import terminal
 from evalsuite.gate import read_outcomes
 from evalsuite.generators import generate_instances
 from evalsuite.sandbox import bwrap_available
-from evalsuite.tasks import agent, documents, terminal
 
 
 def run_task(task, policy, tmp_path: Path, name: str = "mockllm/model") -> list[dict]:  # type: ignore[no-untyped-def]

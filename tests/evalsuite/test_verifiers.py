@@ -3,17 +3,11 @@ from __future__ import annotations
 import pytest
 
 from evalsuite.errors import EvalError
+from evalsuite.families.agent.verifier import AgentTrace, replay_agent
+from evalsuite.families.documents.verifier import UNFORMATTED_ANSWER_SCORE, parse_answer, parse_number
+from evalsuite.families.terminal.verifier import CheckOutcome, TerminalObservation
 from evalsuite.generators import generate_instance, generate_instances
-from evalsuite.verifiers import (
-    UNFORMATTED_ANSWER_SCORE,
-    AgentTrace,
-    CheckOutcome,
-    TerminalObservation,
-    parse_answer,
-    parse_number,
-    replay_agent,
-    verify,
-)
+from evalsuite.verifiers import verify
 
 
 def test_parsing() -> None:

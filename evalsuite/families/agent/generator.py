@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from evalsuite.families.agent.shop import Customer, Order, Product, Shop, ShopState
 from evalsuite.generators.base import CITIES, WORDS, Builder, Draft, person
 from evalsuite.schema import Difficulty
-from evalsuite.shop import Customer, Order, Product, Shop, ShopState
 
 
 def _shop(rng: random.Random, difficulty: Difficulty) -> ShopState:

@@ -7,11 +7,12 @@ depth of a long contract (needle). Answers are scored by exact or numeric match 
 from __future__ import annotations
 
 import random
+from typing import Any
 
+from evalsuite.families.documents.prompt import ANSWER_INSTRUCTION
 from evalsuite.generators.base import CITIES, WORDS, Builder, Draft, company, person
-from evalsuite.schema import Difficulty
+from evalsuite.schema import Difficulty, TaskInstance
 
-ANSWER_INSTRUCTION = "Reply with your reasoning if you like, then finish with one line: ANSWER: <value>"
 _PRODUCTS = ("Widget", "Bracket", "Sensor", "Cable", "Valve", "Panel", "Module", "Fitting", "Gasket", "Relay")
 _SERVICES = ("Installation", "Calibration", "Support hours", "Training", "Audit", "Maintenance visit")
 _SEGMENTS = ("Industrial", "Consumer", "Healthcare", "Energy", "Software", "Logistics")
@@ -241,3 +242,14 @@ BUILDERS: dict[str, Builder] = {
     "cross_check": cross_check,
     "needle": needle,
 }
+
+
+def _render_answer(value: Any) -> str:
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.2f}"
+    return str(value)
+
+
+def reference_answer(instance: TaskInstance) -> str:
+    """The right completion for an instance: its expected value on an ``ANSWER:`` line."""
+    return f"ANSWER: {_render_answer(instance.expected['answer'])}"

@@ -1,0 +1,132 @@
+"""The registry of eval families (Inspect style): a family registers itself with :func:`eval_family`.
+
+A family is one folder under ``evalsuite/families/`` (generator, verifier, task, prompt) whose
+``__init__`` decorates its verifier; every folder there is found by scanning the package. A third-party
+package adds a family the way Inspect finds extensions: an entry point in the ``tandem.families`` group
+naming a module whose import registers it::
+
+    [project.entry-points."tandem.families"]
+    riddles = "mypackage.riddles"
+
+Everything that needs the list of families (schema validation, generators, ``verify``, the Inspect tasks,
+``tandem eval``, the gate, post-training's pool) asks this module, so a new family is never an edit there.
+Discovery is lazy and imports no Inspect: a family's Inspect task is named as ``"module:function"`` and
+imported only when a run needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from evalsuite.errors import GeneratorError
+
+if TYPE_CHECKING:
+    from evalsuite.generators.base import Builder
+    from evalsuite.schema import TaskInstance, VerifierResult
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "tandem.families"
+Verifier = Callable[["TaskInstance", Any], "VerifierResult"]
+
+
+@dataclass(frozen=True)
+class EvalFamily:
+    """One registered family: how its instances are made, scored and run as an Inspect task."""
+
+    name: str
+    builders: dict[str, Builder] = field(repr=False)
+    """Task type -> seeded builder (the family's generator)."""
+    verify: Verifier = field(repr=False)
+    """Scores one output for one instance; raises :class:`EvalError` for an output of the wrong kind."""
+    task: str
+    """``"module:function"`` of the family's Inspect ``@task`` (imported only when a run needs it)."""
+    system_prompt: str | None = field(default=None, repr=False)
+    """The instruction the model is judged with; post-training trains with the same one."""
+    reference_answer: Callable[[TaskInstance], str] | None = field(default=None, repr=False)
+    """A completion text the verifier scores correct. Set only by families whose verifier takes the
+    completion text: post-training trains those single-turn on the system prompt and these answers."""
+
+    def task_types(self) -> list[str]:
+        """The task types the family generates, in a stable order."""
+        return sorted(self.builders)
+
+    def load_task(self) -> Callable[..., Any]:
+        """The family's Inspect task function (imports Inspect)."""
+        module, _, function = self.task.partition(":")
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
+_FAMILIES: dict[str, EvalFamily] = {}
+_discovered = False
+
+
+def eval_family(
+    name: str,
+    *,
+    builders: dict[str, Builder],
+    task: str,
+    system_prompt: str | None = None,
+    reference_answer: Callable[[TaskInstance], str] | None = None,
+) -> Callable[[Verifier], Verifier]:
+    """Decorator: register the decorated verifier as family ``name`` with its builders and task."""
+    if not builders:
+        raise GeneratorError(f"eval family {name!r} registers no task-type builders")
+    if ":" not in task:
+        raise GeneratorError(f"eval family {name!r}: task must be 'module:function', got {task!r}")
+
+    def register(verify: Verifier) -> Verifier:
+        known = _FAMILIES.get(name)
+        origin = (verify.__module__, verify.__qualname__)
+        if known is not None and (known.verify.__module__, known.verify.__qualname__) != origin:
+            raise GeneratorError(f"eval family {name!r} is registered twice ({known.verify.__module__})")
+        _FAMILIES[name] = EvalFamily(name=name, builders=dict(builders), verify=verify, task=task,
+                                     system_prompt=system_prompt, reference_answer=reference_answer)  # fmt: skip
+        return verify
+
+    return register
+
+
+def _discover() -> None:
+    """Import the built-in family folders, then every ``tandem.families`` entry point, once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import evalsuite.families as builtin
+
+    for module in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{builtin.__name__}.{module.name}")
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry_point.load()
+        except Exception as exc:
+            raise GeneratorError(
+                f"eval family entry point {entry_point.name} = {entry_point.value!r} failed to load: {exc}"
+            ) from exc
+        log.debug("event=family_entry_point name=%s value=%s", entry_point.name, entry_point.value)
+
+
+def family_names() -> tuple[str, ...]:
+    """Every registered family, sorted by name."""
+    _discover()
+    return tuple(sorted(_FAMILIES))
+
+
+def get_family(name: str) -> EvalFamily:
+    """The registered family ``name``; an unknown name is a :class:`GeneratorError` listing the known ones."""
+    _discover()
+    if name not in _FAMILIES:
+        raise GeneratorError(f"unknown family {name!r} (allowed: {', '.join(family_names())})")
+    return _FAMILIES[name]
+
+
+def families() -> list[EvalFamily]:
+    """Every registered family, sorted by name."""
+    return [get_family(name) for name in family_names()]
