@@ -8,9 +8,9 @@ from typing import Any
 from gateway.canary import CANDIDATE_SUFFIX, candidate_model_id
 from gateway.config import TandemConfig
 from gateway.ingress import GATEWAY_ROUTES, TandemIngress, TierRoute, create_fastapi_app
+from infra.bundled import BUNDLED_REF, publish_bundled_model
 from infra.registry import Registry, open_registry
 from serving.app import build_serving_app
-from serving.bundled import BUNDLED_REF, publish_bundled_model
 from serving.tiers import ResolvedTier, TierConfig, resolve_tier
 
 log = logging.getLogger(__name__)

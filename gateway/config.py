@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.policy import GatewayPolicy
+from infra.bundled import BUNDLED_REF
 from infra.config import load_model_file
-from serving.bundled import BUNDLED_REF
 from serving.tiers import EngineConfig, TierConfig, default_tiers
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "infra" / "tandem.yaml"

@@ -20,8 +20,8 @@ def prepare(
     force: Annotated[bool, typer.Option(help="Re-convert even when the cached copy verifies.")] = False,
 ) -> None:
     """Convert the bundled SmolLM2-135M-Instruct to safetensors (once) and publish it to the registry."""
+    from infra.bundled import prepare_bundled_model, publish_bundled_model
     from infra.registry import open_registry
-    from serving.bundled import prepare_bundled_model, publish_bundled_model
 
     with console.status("preparing the bundled model (GGUF -> safetensors)..."):
         path = prepare_bundled_model(force=force)

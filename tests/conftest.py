@@ -81,7 +81,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def bundled_model_dir() -> Path:
     """The bundled model as safetensors (converted once per machine, verified every time)."""
-    from serving.bundled import prepare_bundled_model
+    from infra.bundled import prepare_bundled_model
 
     return prepare_bundled_model()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.bundled import BUNDLED_REF, bundled_gguf_path, prepare_bundled_model, publish_bundled_model
 from infra.manifest import MANIFEST_NAME
 from infra.registry import FileRegistry
-from serving.bundled import BUNDLED_REF, bundled_gguf_path, prepare_bundled_model, publish_bundled_model
 
 
 def test_gguf_located_without_import() -> None:
@@ -68,7 +68,7 @@ TOOLS = [
 def test_prepared_model_carries_the_tool_template(bundled_model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
-    from serving.bundled import CHAT_TEMPLATE, CHAT_TEMPLATE_NAME
+    from infra.bundled import CHAT_TEMPLATE, CHAT_TEMPLATE_NAME
 
     manifest = json.loads((bundled_model_dir / MANIFEST_NAME).read_text())
     assert manifest["metadata"]["chat_template"] == CHAT_TEMPLATE_NAME
@@ -125,7 +125,7 @@ def test_prepared_model_carries_the_tool_template(bundled_model_dir: Path) -> No
 def test_a_copy_prepared_with_the_old_template_is_reprepared(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import serving.bundled as bundled
+    import infra.bundled as bundled
 
     converted: list[Path] = []
 
