@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from infra.errors import ConfigError
 from infra.manifest import ArtifactManifest
 from infra.registry import Registry
-from serving.bundled import BUNDLED_REF
+from infra.bundled import BUNDLED_REF
 
 TierName = Literal["standard", "fast"]
 
