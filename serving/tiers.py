@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from infra.bundled import BUNDLED_REF
 from infra.errors import ConfigError
 from infra.manifest import ArtifactManifest
 from infra.registry import Registry
-from infra.bundled import BUNDLED_REF
 
 TierName = Literal["standard", "fast"]
 
