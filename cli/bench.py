@@ -9,19 +9,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bench import RESULTS_DIR
+
 console = Console()
 bench_app = typer.Typer(
     help="Benchmarks: each measures a real run and writes JSON under bench/results/.", no_args_is_help=True
 )
 
-RESULTS_DIR = Path("bench/results")
-
 
 def _register_package_benches() -> None:
     from distill.cli import fast_bench_command
-    from evalsuite.cli import bench_eval_command
 
-    bench_app.command("eval")(bench_eval_command)
     bench_app.command("fast")(fast_bench_command)
 
 
@@ -40,7 +38,7 @@ def bench_tiers(
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
     """TTFT, time per output token and tokens/s for each tier at 1 and 16 streams, with fast/standard ratios."""
-    from gateway.bench import markdown_table, run_tier_bench, write_result
+    from bench.tiers import markdown_table, run_tier_bench, write_result
 
     levels = tuple(int(part) for part in streams.split(",") if part.strip())
     started_here = False
@@ -86,6 +84,21 @@ def bench_tiers(
     (out / "tiers-latest.md").write_text(markdown_table(result))
 
 
+@bench_app.command("eval")
+def bench_eval(
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent sandboxes / samples.")] = 4,
+    sandboxes: Annotated[int, typer.Option(min=1, help="Sandboxes started for the latency figures.")] = 32,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per family for the throughput run.")] = 8,
+    output_dir: Annotated[Path, typer.Option("--output-dir", help="Results directory.")] = RESULTS_DIR,
+    model: Annotated[str, typer.Option(help="Model for the throughput run.")] = "mockllm/model",
+) -> None:
+    """Sandbox start+exec+cleanup latency (p50/p95) and suite throughput, as JSON under bench/results/."""
+    from bench.eval import run_eval_bench
+
+    result = run_eval_bench(concurrency, sandboxes, samples, output_dir, model)
+    console.print_json(data=result)
+
+
 @bench_app.command("gateway")
 def bench_gateway(
     requests: Annotated[int, typer.Option(min=64, help="Requests per round and ingress.")] = 1000,
@@ -98,8 +111,8 @@ def bench_gateway(
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
     """The gateway's added latency (p50/p99) and RPS over the bare OpenAiIngress, one cheap engine."""
-    from gateway.bench import write_result
-    from gateway.bench_overhead import run_gateway_overhead_bench
+    from bench.gateway_overhead import run_gateway_overhead_bench
+    from bench.tiers import write_result
 
     with console.status(f"measuring {rounds} rounds x {requests} requests at {concurrency} concurrency..."):
         result = run_gateway_overhead_bench(
@@ -149,8 +162,8 @@ def bench_load(
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
     """Bounded loopback load test: status codes, 5xx count, 429 shape; optionally with a replica killed."""
-    from gateway.bench import write_result
-    from gateway.bench_load import run_load_test
+    from bench.load import run_load_test
+    from bench.tiers import write_result
 
     with console.status(f"{requests} requests at {concurrency} concurrency..."):
         result = run_load_test(

@@ -64,19 +64,3 @@ def gate_command(
     console.print(f"report: {markdown} and {page}")
     if not verdict.passed:
         raise typer.Exit(code=1)
-
-
-def bench_eval_command(
-    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Concurrent sandboxes / samples."),
-    sandboxes: int = typer.Option(
-        32, "--sandboxes", min=1, help="Sandboxes started for the latency figures."
-    ),
-    samples: int = typer.Option(8, "--samples", min=1, help="Samples per family for the throughput run."),
-    output_dir: Path = typer.Option(Path("bench/results"), "--output-dir"),
-    model: str = typer.Option("mockllm/model", "--model", help="Model for the throughput run."),
-) -> None:
-    """Sandbox start+exec+cleanup latency (p50/p95) and suite throughput, as JSON under bench/results/."""
-    from evalsuite.bench import run_eval_bench
-
-    result = run_eval_bench(concurrency, sandboxes, samples, output_dir, model)
-    console.print_json(data=result)

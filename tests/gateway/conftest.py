@@ -130,7 +130,7 @@ def upstream_server() -> Iterator[OpenAIServer]:
             Path("/dev/null"),
         )
         return
-    from serving.tiny import build_tiny_llama
+    from bench.tiny_model import build_tiny_llama
 
     work = _private_dir("upstream")
     model_dir = build_tiny_llama(work / "tiny-llama")

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from bench.tiny_model import build_tiny_llama
 from cli.main import app
 from infra.registry import FileRegistry
 from release.release import STAGES, ReleaseConfig, load_report, run_release
-from serving.tiny import build_tiny_llama
 
 pytestmark = pytest.mark.slow
 

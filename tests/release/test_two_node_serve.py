@@ -27,9 +27,9 @@ import httpx
 import pytest
 import yaml
 
+from bench.tiny_model import build_tiny_llama
 from gateway.canary import deployment_name
 from gateway.server import APP_NAME
-from serving.tiny import build_tiny_llama
 from tests.conftest import REPO, _tail
 from tests.release.test_rollout_ray_metrics import RAY, _stop, free_ports
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serving.bundled import prepare_bundled_model
+from infra.bundled import prepare_bundled_model
 
 _TOKENIZER_FILES = (
     "tokenizer.json",

@@ -1,4 +1,4 @@
-"""``make bench-eval``: bwrap sandbox latency and suite throughput, written as JSON under bench/results/."""
+"""``tandem bench eval``: bwrap sandbox latency and suite throughput, as JSON under bench/results/."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench import RESULTS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def run_eval_bench(
     concurrency: int = 4,
     sandboxes: int = 32,
     samples_per_family: int = 8,
-    output_dir: str | Path = "bench/results",
+    output_dir: str | Path = RESULTS_DIR,
     model: str = "mockllm/model",
 ) -> dict[str, Any]:
     """Measure sandbox start+exec+cleanup latency (ms, p50/p95) and suite throughput (samples/s).

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.bench import run_eval_bench
+from bench.eval import run_eval_bench
 from evalsuite.sandbox import bwrap_available
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from gateway.bench import _percentile
+from bench.tiers import _percentile
 
 
 async def _load(url: str, model: str, requests: int, concurrency: int) -> dict[str, Any]:
@@ -174,12 +174,12 @@ def run_gateway_overhead_bench(
     from ray import serve
     from ray.serve.llm.ingress import make_fastapi_ingress
 
+    from bench.tiny_model import build_tiny_llama
     from gateway.app import tier_routes
     from gateway.ingress import GATEWAY_ROUTES, TandemIngress, create_fastapi_app
     from infra.registry import FileRegistry
     from serving.app import build_serving_app, model_card
     from serving.tiers import EngineConfig, TierConfig, resolve_tier, to_llm_config
-    from serving.tiny import build_tiny_llama
 
     work = Path(tempfile.mkdtemp(prefix="tandem-bench-gateway-"))
     tiny = build_tiny_llama(work / "tiny")

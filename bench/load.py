@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from gateway.bench import _percentile
+from bench.tiers import _percentile
 from infra.errors import TandemError
 
 MODELS = ("standard", "fast", "auto")
