@@ -55,12 +55,13 @@ def gate_command(
     report_dir: Path = typer.Option(Path("reports/gate"), "--report-dir", help="Where the reports go."),
 ) -> None:
     """Paired release gate: exit 0 pass, 1 fail, 2 error (TandemError)."""
+    from evalsuite.gate_report import VERDICT_FILE
     from evalsuite.runner import run_gate
 
     verdict, markdown, page = run_gate(candidate, baseline, policy, report_dir)
     for check in verdict.checks:
         mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
         console.print(f"{mark} {check.name}: {check.reason}")
-    console.print(f"report: {markdown} and {page}")
+    console.print(f"report: {markdown} and {page}; verdict: {markdown.parent / VERDICT_FILE}")
     if not verdict.passed:
         raise typer.Exit(code=1)

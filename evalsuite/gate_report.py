@@ -138,11 +138,17 @@ def render_html(verdict: GateVerdict) -> str:
     )
 
 
+# The machine-readable verdict beside the reports: `tandem rollout` and `tandem release` read this model.
+VERDICT_FILE = "verdict.json"
+
+
 def write_reports(verdict: GateVerdict, directory: str | Path) -> tuple[Path, Path]:
-    """Write ``gate-report.md`` and ``gate-report.html`` into ``directory``; returns both paths."""
+    """Write ``gate-report.md`` and ``gate-report.html`` (for people) and ``verdict.json`` (the
+    :class:`GateVerdict` itself, for rollout and release) into ``directory``; returns the two reports."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     markdown, page = directory / "gate-report.md", directory / "gate-report.html"
+    (directory / VERDICT_FILE).write_text(verdict.model_dump_json(indent=2))
     markdown.write_text(render_markdown(verdict))
     page.write_text(render_html(verdict))
     return markdown, page

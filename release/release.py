@@ -45,6 +45,30 @@ class StageFailed(TandemError):
 
 
 # ---------------------------------------------------------------------------------------------- config
+class ReleaseArtifacts(BaseModel):
+    """What the stages hand each other; a stage returns only the fields it produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate: str | None = Field(None, description="posttrain: registry ref of the candidate weights.")
+    posttrain_run: str | None = Field(None, description="posttrain: registry ref of the run's record.")
+    draft: str | None = Field(None, description="distill: registry ref of the candidate's fast-tier draft.")
+    candidate_logs: Path | None = Field(None, description="eval: Inspect logs of the candidate's models.")
+    baseline_logs: Path | None = Field(None, description="eval: Inspect logs of the baseline's models.")
+    gate_report: Path | None = Field(None, description="gate: the Markdown report (for people).")
+    gate_verdict: Path | None = Field(None, description="gate: the GateVerdict JSON rollout reads.")
+    rollout_state: Path | None = Field(None, description="rollout: the controller's state directory.")
+    rollout_report: str | None = Field(None, description="rollout: registry ref of the audit report.")
+
+    def merged(self, produced: ReleaseArtifacts) -> ReleaseArtifacts:
+        """These artifacts with every field ``produced`` set replaced."""
+        return self.model_copy(update=produced.model_dump(exclude_none=True))
+
+    def listed(self) -> dict[str, str]:
+        """The artifacts that are set, as text (for tables and templates)."""
+        return {key: str(value) for key, value in self.model_dump(exclude_none=True).items()}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -118,8 +142,8 @@ class ReleaseConfig(_Strict):
         default_factory=lambda: list[StageName](["posttrain", "distill", "eval", "gate", "rollout"]),
         description="Stages to run (always in pipeline order); inputs of skipped ones come from `inputs`.",
     )
-    inputs: dict[str, str] = Field(
-        default_factory=dict,
+    inputs: ReleaseArtifacts = Field(
+        default_factory=ReleaseArtifacts,
         description="Artifacts given instead of produced, e.g. {candidate: tandem-candidate@v3, draft: ...}.",
     )
     posttrain: PosttrainStage = Field(default_factory=PosttrainStage)
@@ -154,7 +178,7 @@ StageStatus = Literal["passed", "failed", "skipped", "not_run"]
 class StageRecord(BaseModel):
     stage: StageName
     status: StageStatus = "not_run"
-    artifacts: dict[str, str] = Field(default_factory=dict)
+    artifacts: ReleaseArtifacts = Field(default_factory=ReleaseArtifacts)
     detail: str = ""
     started_at: str | None = None
     seconds: float | None = None
@@ -166,7 +190,7 @@ class ReleaseReport(BaseModel):
     release_id: str
     base: str
     stages: list[StageRecord]
-    artifacts: dict[str, str] = Field(default_factory=dict)
+    artifacts: ReleaseArtifacts = Field(default_factory=ReleaseArtifacts)
 
     @property
     def failed_stage(self) -> StageRecord | None:
@@ -178,7 +202,7 @@ class ReleaseReport(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- stages
-StageFunction = Callable[[ReleaseConfig, dict[str, str]], dict[str, str]]
+StageFunction = Callable[[ReleaseConfig, ReleaseArtifacts], ReleaseArtifacts]
 STAGES: dict[StageName, StageFunction] = {}
 
 
@@ -210,14 +234,15 @@ def _settings(path: Path | None, settings: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _need(artifacts: dict[str, str], name: str, stage: str) -> str:
-    if name not in artifacts:
+def _need(artifacts: ReleaseArtifacts, name: str, stage: str) -> str:
+    value = getattr(artifacts, name)
+    if value is None:
         raise StageFailed(f"{stage} needs `{name}`: run the stage that makes it or give inputs.{name}")
-    return artifacts[name]
+    return str(value)
 
 
 @release_stage("posttrain")
-def run_posttrain(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
+def run_posttrain(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Post-train ``base`` into a candidate published as ``<candidate_name>@<release_id>``."""
     import posttrain
 
@@ -242,14 +267,11 @@ def run_posttrain(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str,
         raise StageFailed("posttrain published no candidate (output.publish is off)")
     held_out = {k: v for k, v in result.metrics.items() if "held_out" in k or "pass_rate" in k}
     log.info("release.posttrain candidate=%s metrics=%s", result.candidate_ref, held_out)
-    return {
-        "candidate": result.candidate_ref,
-        **({"posttrain_run": result.run_ref} if result.run_ref else {}),
-    }
+    return ReleaseArtifacts(candidate=result.candidate_ref, posttrain_run=result.run_ref)
 
 
 @release_stage("distill")
-def run_distill(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
+def run_distill(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Distill the candidate's fast-tier draft, published as ``<candidate name>-draft@<release_id>``."""
     from distill import DistillConfig, distill_draft
 
@@ -263,16 +285,16 @@ def run_distill(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, s
     except ValueError as exc:
         raise ConfigError(f"distill settings: {exc}") from exc
     manifest = distill_draft(settings)
-    return {"draft": manifest.ref}
+    return ReleaseArtifacts(draft=manifest.ref)
 
 
-def _model_name(template: str, config: ReleaseConfig, artifacts: dict[str, str]) -> str:
+def _model_name(template: str, config: ReleaseConfig, artifacts: ReleaseArtifacts) -> str:
     if "{" not in template:
         return template
     from infra.registry import open_registry
 
     registry = open_registry(config.registry)
-    values = {"base": config.base, **artifacts}
+    values = {"base": config.base, **artifacts.listed()}
     if "{candidate_dir}" in template:
         values["candidate_dir"] = str(registry.fetch(_need(artifacts, "candidate", "eval")))
     if "{base_dir}" in template:
@@ -284,14 +306,14 @@ def _model_name(template: str, config: ReleaseConfig, artifacts: dict[str, str])
 
 
 @release_stage("eval")
-def run_eval_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
+def run_eval_stage(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Evaluate the candidate's and the baseline's models on the same seeded samples (Inspect logs)."""
     from inspect_ai.log import read_eval_log
 
     from evalsuite.runner import run_eval
 
     stage = config.eval
-    produced: dict[str, str] = {}
+    produced = ReleaseArtifacts()
     for side, models in (("candidate", stage.candidate_models), ("baseline", stage.baseline_models)):
         log_dir = config.work_dir / "eval" / side
         for template in models:
@@ -303,13 +325,14 @@ def run_eval_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str
             ]
             if unfinished:
                 raise StageFailed(f"eval of {model} did not complete: {', '.join(unfinished)}")
-        produced[f"{side}_logs"] = str(log_dir)
+        setattr(produced, f"{side}_logs", log_dir)
     return produced
 
 
 @release_stage("gate")
-def run_gate_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
+def run_gate_stage(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Apply the paired release gate to the eval logs; a FAIL stops the release."""
+    from evalsuite.gate_report import VERDICT_FILE
     from evalsuite.runner import run_gate
 
     verdict, markdown, _ = run_gate(
@@ -321,25 +344,26 @@ def run_gate_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str
     if not verdict.passed:
         failing = [f"{check.name}: {check.reason}" for check in verdict.checks if not check.passed]
         raise StageFailed(f"gate FAIL ({markdown}): " + "; ".join(failing))
-    return {"gate_report": str(markdown)}
+    return ReleaseArtifacts(gate_report=markdown, gate_verdict=markdown.parent / VERDICT_FILE)
 
 
 @release_stage("rollout")
-def run_rollout_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[str, str]:
+def run_rollout_stage(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Canary-roll the candidate out against ``base`` with the template's steps; anything but promoted fails."""
     from infra.registry import open_registry
     from release.rollout import RolloutConfig, load_rollout_config
     from release.rollout_controller import controller_lock, open_controller
 
     template = load_rollout_config(config.rollout.config)
-    candidate = {"model": _need(artifacts, "candidate", "rollout"), "draft": artifacts.get("draft")}
+    candidate = {"model": _need(artifacts, "candidate", "rollout"), "draft": artifacts.draft}
+    gate_file = artifacts.gate_verdict or artifacts.gate_report  # the typed verdict; a given report otherwise
     rollout = RolloutConfig.model_validate(
         template.model_dump(mode="json", exclude={"gate"})
         | {
             "name": f"{template.name}-{config.release_id}".lower()[:120],
             "stable": {"model": config.base},
             "candidate": candidate,
-            "gate": {"path": _need(artifacts, "gate_report", "rollout")},
+            "gate": {"path": str(gate_file) if gate_file else _need(artifacts, "gate_verdict", "rollout")},
         }
     )
     state_dir = config.work_dir / "rollout"
@@ -348,10 +372,7 @@ def run_rollout_stage(config: ReleaseConfig, artifacts: dict[str, str]) -> dict[
             raise StageFailed(f"{state_dir}: another controller is running this rollout")
         controller = open_controller(rollout, state_dir, registry=open_registry(config.registry))
         state = controller.run(config.rollout.poll_interval)
-    produced = {
-        "rollout_state": str(state_dir),
-        **({"rollout_report": state.report_ref} if state.report_ref else {}),
-    }
+    produced = ReleaseArtifacts(rollout_state=state_dir, rollout_report=state.report_ref)
     if state.phase.value != "promoted":
         raise StageFailed(
             f"rollout ended {state.phase.value}: {state.reason} (audit: {state_dir}/audit.jsonl)"
@@ -388,8 +409,7 @@ def run_release(
             f"pass --release-id {earlier.release_id} to resume it, --no-resume to start over, or another --work-dir"
         )
     done = {r.stage: r for r in earlier.stages if r.status == "passed"} if earlier else {}
-    artifacts = dict(config.inputs)
-    report = ReleaseReport(release_id=config.release_id, base=config.base, stages=[], artifacts=artifacts)
+    report = ReleaseReport(release_id=config.release_id, base=config.base, stages=[], artifacts=config.inputs)
     stopped = False
     for name, function in STAGES.items():
         record = StageRecord(stage=name)
@@ -397,12 +417,12 @@ def run_release(
             record.status, record.detail = "skipped", "not in --stages"
         elif name in done:
             record = done[name].model_copy(update={"detail": "passed in an earlier run; not run again"})
-            artifacts.update(record.artifacts)
+            report.artifacts = report.artifacts.merged(record.artifacts)
         elif stopped:
             record.detail = "an earlier stage failed"
         else:
-            record = _run_stage(name, function, config, artifacts)
-            artifacts.update(record.artifacts)
+            record = _run_stage(name, function, config, report.artifacts)
+            report.artifacts = report.artifacts.merged(record.artifacts)
             stopped = record.status == "failed"
         report.stages.append(record)
         _save(config.work_dir, report)
@@ -412,13 +432,13 @@ def run_release(
 
 
 def _run_stage(
-    name: StageName, function: StageFunction, config: ReleaseConfig, artifacts: dict[str, str]
+    name: StageName, function: StageFunction, config: ReleaseConfig, artifacts: ReleaseArtifacts
 ) -> StageRecord:
     started = time.monotonic()
     record = StageRecord(stage=name, started_at=datetime.now(UTC).isoformat())
     log.info("release.stage name=%s status=started release=%s", name, config.release_id)
     try:
-        record.artifacts = function(config, dict(artifacts))
+        record.artifacts = function(config, artifacts.model_copy())
         record.status = "passed"
     except TandemError as exc:
         record.status, record.detail = "failed", f"{type(exc).__name__}: {exc}"

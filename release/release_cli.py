@@ -24,7 +24,7 @@ def print_report(report: ReleaseReport) -> None:
         table.add_row(
             record.stage,
             f"[{STYLE[record.status]}]{record.status}[/]",
-            "\n".join(f"{key}: {value}" for key, value in record.artifacts.items()) or "-",
+            "\n".join(f"{key}: {value}" for key, value in record.artifacts.listed().items()) or "-",
             f"{record.seconds:.1f}" if record.seconds is not None else "-",
             record.detail or "-",
         )
@@ -79,7 +79,7 @@ def release_command(
         stages=[s.strip() for s in stages.split(",") if s.strip()] if stages else None,
     )
     if inputs:
-        settings.inputs = {**settings.inputs, **inputs}
+        settings.inputs = settings.inputs.model_copy(update=inputs)
 
     def progress(record: StageRecord) -> None:
         console.print(f"[bold]{record.stage}[/] {record.status} {record.detail}".rstrip())

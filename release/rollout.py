@@ -13,11 +13,22 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
+from evalsuite.gate import GateVerdict
+from evalsuite.gate_report import VERDICT_FILE
 from gateway.traffic import (
     RELEASES,
     ReleaseName,
@@ -95,11 +106,16 @@ class RolloutStep(_Strict):
 class GateRequirement(_Strict):
     """The eval gate report that must pass before step 1: a local file or a file inside a registry artifact.
 
-    JSON reports are read at ``verdict_field`` (a dotted path; ``true`` or ``"pass"`` pass). Markdown
-    reports (``tandem gate`` writes ``gate-report.md``) pass on a ``# Release gate: PASS`` heading.
+    ``tandem gate`` writes its :class:`~evalsuite.gate.GateVerdict` as ``verdict.json`` beside
+    ``gate-report.md``; that model is what is read, whether ``path``/``file`` names it, the report beside
+    it or (``path``) the report directory. Reports without one (other gates, older runs) are read as before:
+    JSON at ``verdict_field`` (a dotted path; ``true`` or ``"pass"`` pass), Markdown on a
+    ``# Release gate: PASS`` heading.
     """
 
-    path: Path | None = Field(None, description="Local gate report (.json or .md).")
+    path: Path | None = Field(
+        None, description="Local gate verdict.json, report (.json or .md) or the directory holding them."
+    )
     ref: str | None = Field(None, description="Registry ref of a report artifact holding the gate report.")
     file: str = Field("gate-report.md", description="With `ref`: the report's path inside the artifact.")
     verdict_field: str = Field("passed", description="JSON reports: dotted path of the verdict.")
@@ -291,23 +307,60 @@ def parse_gate_report(text: str, source: str, verdict_field: str) -> str:
     return match.group(1).lower()
 
 
+def _verdict_beside(report: Path) -> Path | None:
+    """The gate's typed verdict for a report: the file itself if JSON, else ``verdict.json`` beside it."""
+    if report.is_dir():
+        found = report / VERDICT_FILE
+    elif report.suffix == ".json":
+        found = report
+    else:
+        found = report.with_name(VERDICT_FILE)
+    return found if found.is_file() else None
+
+
+def load_gate_verdict(path: Path) -> GateVerdict | None:
+    """The :class:`GateVerdict` ``tandem gate`` wrote for ``path``; None when there is none (another format)."""
+    found = _verdict_beside(path)
+    if found is None:
+        return None
+    try:
+        return GateVerdict.model_validate_json(found.read_text())
+    except OSError as exc:
+        raise RolloutError(f"gate verdict {found}: cannot read: {exc.strerror}") from exc
+    except ValidationError:
+        return None  # a JSON report of another shape: read at verdict_field
+
+
+def _read_report(report: Path, name: Callable[[Path], str], verdict_field: str) -> tuple[str, str]:
+    """``(verdict, source)`` of one report path; ``name`` turns the file read into its source text."""
+    verdict = load_gate_verdict(report)
+    if verdict is not None:
+        typed = _verdict_beside(report)
+        assert typed is not None
+        return ("pass" if verdict.passed else "fail"), name(typed)
+    source = name(report)
+    if report.is_dir():
+        raise RolloutError(f"gate report {source}: the directory has no {VERDICT_FILE}")
+    try:
+        text = report.read_text()
+    except OSError as exc:
+        raise RolloutError(f"gate report {source}: cannot read: {exc.strerror}") from exc
+    return parse_gate_report(text, source, verdict_field), source
+
+
 def read_gate_verdict(gate: GateRequirement, registry: Registry | None) -> tuple[str, str]:
     """``(verdict, source)`` of the configured gate report, fetched and verified from the registry if a ref."""
     if gate.path is not None:
-        try:
-            text = gate.path.read_text()
-        except OSError as exc:
-            raise RolloutError(f"gate report {gate.path}: cannot read: {exc.strerror}") from exc
-        return parse_gate_report(text, str(gate.path), gate.verdict_field), str(gate.path)
+        local = gate.path
+        return _read_report(local, lambda read: str(local if read == local else read), gate.verdict_field)
     assert gate.ref is not None
     if registry is None:
         raise RolloutError(f"gate report {gate.ref} is a registry ref but no registry was given")
     root = registry.fetch(gate.ref)
-    source = f"{gate.ref}:{gate.file}"
     report = root / gate.file
     if not report.is_file():
-        raise RolloutError(f"gate report {source}: the artifact has no file {gate.file!r}")
-    return parse_gate_report(report.read_text(), source, gate.verdict_field), source
+        raise RolloutError(f"gate report {gate.ref}:{gate.file}: the artifact has no file {gate.file!r}")
+    return _read_report(report, lambda read: f"{gate.ref}:{read.relative_to(root)}", gate.verdict_field)
 
 
 # ---------------------------------------------------------------------------------------------- analysis

@@ -86,8 +86,8 @@ def test_release_stops_at_the_gate_then_resumes_and_stops_at_the_rollout(
     ]  # fmt: skip
     assert [record.status for record in first.stages] == ["passed", "passed", "passed", "failed", "not_run"]
     by_stage = {record.stage: record for record in first.stages}
-    assert by_stage["posttrain"].artifacts["candidate"] == "tiny-candidate@r1"
-    assert by_stage["distill"].artifacts["draft"] == "tiny-candidate-draft@r1"
+    assert by_stage["posttrain"].artifacts.candidate == "tiny-candidate@r1"
+    assert by_stage["distill"].artifacts.draft == "tiny-candidate-draft@r1"
     registry = FileRegistry(tmp_path / "registry")
     assert registry.manifest("tiny-candidate-draft@r1").lineage.parents == ["tiny-candidate@r1"]
     assert first.failed_stage is not None and first.failed_stage.stage == "gate"
@@ -123,7 +123,9 @@ def test_release_stops_at_the_gate_then_resumes_and_stops_at_the_rollout(
         json.loads(line) for line in (config.work_dir / "rollout" / "audit.jsonl").read_text().splitlines()
     ]
     gate_record = next(record for record in audit if record["decision"] == "gate_passed")
-    assert gate_record["gate"]["source"].endswith("gate-report.md")
+    assert gate_record["gate"]["source"].endswith(
+        "verdict.json"
+    )  # the gate's typed verdict, not its Markdown
     assert audit[-1]["decision"] == "finished"
 
 

@@ -142,6 +142,43 @@ def test_gate_report_from_the_registry(tmp_path: Path) -> None:
         read_gate_verdict(GateRequirement(path=tmp_path / "missing.md"), registry)
 
 
+def _verdict(passed: bool) -> Any:
+    from evalsuite.gate import GateCheck, GatePolicy, GateVerdict
+
+    check = GateCheck(name="documents", kind="non_inferiority", family="documents", passed=passed, reason="r")
+    return GateVerdict(
+        passed=passed, checks=[check], candidate_models=["c"], baseline_models=["b"], policy=GatePolicy()
+    )
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_the_gate_writes_its_verdict_as_json_and_rollout_reads_that_model(
+    tmp_path: Path, passed: bool
+) -> None:
+    from evalsuite.gate_report import write_reports
+
+    markdown, _ = write_reports(_verdict(passed), tmp_path / "gate")
+    expected = "pass" if passed else "fail"
+    verdict_file = tmp_path / "gate" / "verdict.json"
+    assert json.loads(verdict_file.read_text())["passed"] is passed
+    # The Markdown says the opposite: only the JSON model is read when it is there.
+    markdown.write_text(f"# Release gate: {'FAIL' if passed else 'PASS'}\n")
+    for path in (verdict_file, markdown, tmp_path / "gate"):
+        assert read_gate_verdict(GateRequirement(path=path), None) == (expected, str(verdict_file))
+
+    registry = FileRegistry(tmp_path / "registry")
+    registry.publish(tmp_path / "gate", "gate-typed", "v1", kind="report")
+    assert read_gate_verdict(GateRequirement(ref="gate-typed@v1"), registry) == (
+        expected,
+        "gate-typed@v1:verdict.json",
+    )
+
+
+def test_a_directory_without_a_verdict_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RolloutError, match=r"no verdict\.json"):
+        read_gate_verdict(GateRequirement(path=tmp_path), None)
+
+
 # ---------------------------------------------------------------------------------------------- analysis
 def test_analysis_absolute_relative_and_no_data() -> None:
     thresholds = AnalysisThresholds.model_validate(
