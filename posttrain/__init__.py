@@ -1,11 +1,14 @@
 """Post-training: SFT on generator demonstrations, GRPO with verifier rewards, DPO on verifier-labelled
 pairs; a curriculum task pool, rollout traces, verified checkpoints and guards; candidates published to
-the registry with lineage. Trainers import torch/trl lazily, so this package imports fast."""
+the registry with lineage. Each algorithm is a run config paired with its trainer in
+:mod:`posttrain.algorithms`; ``posttrain.posttrain_<name>`` is that trainer, imported on first use (torch and
+trl load then), so this package imports fast."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from posttrain.algorithms import PosttrainAlgorithm, algorithm_names, get_algorithm, posttrain_algorithm
 from posttrain.config import (
     DPORunConfig,
     EvalConfig,
@@ -13,6 +16,7 @@ from posttrain.config import (
     OutputConfig,
     RewardConfig,
     RLRunConfig,
+    RunConfig,
     SFTRunConfig,
     TaskPoolConfig,
     TrainConfig,
@@ -37,14 +41,14 @@ if TYPE_CHECKING:
     from posttrain.rl import posttrain_rl
     from posttrain.sft import posttrain_sft
 
-_LAZY = {"posttrain_sft": "posttrain.sft", "posttrain_rl": "posttrain.rl", "posttrain_dpo": "posttrain.dpo"}
+_TRAINER_PREFIX = "posttrain_"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    """``posttrain_<algorithm>``: the registered algorithm's trainer, imported on first use."""
+    algorithm = name.removeprefix(_TRAINER_PREFIX)
+    if name.startswith(_TRAINER_PREFIX) and algorithm in algorithm_names():
+        return get_algorithm(algorithm).load_trainer()
     raise AttributeError(name)
 
 
@@ -55,12 +59,14 @@ __all__ = [
     "EvalConfig",
     "GuardConfig",
     "OutputConfig",
+    "PosttrainAlgorithm",
     "PosttrainError",
     "RLRunConfig",
     "RewardConfig",
     "RewardHackingDetected",
     "RolloutFormat",
     "RolloutRecord",
+    "RunConfig",
     "SFTRunConfig",
     "TaskPool",
     "TaskPoolConfig",
@@ -71,8 +77,11 @@ __all__ = [
     "TrainingInterrupted",
     "UnsupportedFamily",
     "VerifierReward",
+    "algorithm_names",
     "combine_reward",
     "format_for",
+    "get_algorithm",
+    "posttrain_algorithm",
     "posttrain_dpo",
     "posttrain_rl",
     "posttrain_sft",

@@ -3,8 +3,6 @@ guards, trace position) and a sha256 manifest; resuming refuses a checkpoint tha
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import shutil
@@ -13,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from infra.config import config_digest as digest_of
 from infra.errors import IntegrityError
 from infra.manifest import ArtifactManifest, scan_directory
 from infra.registry import verify_directory
@@ -39,10 +38,10 @@ class RunState(BaseModel):
 def config_digest(config: BaseModel) -> str:
     """Digest of the settings that must match to resume.
 
-    Output settings and the time budget are excluded: a resumed run may write elsewhere or get more time.
+    Output settings, the time budget and the device are excluded: a resumed run may write elsewhere, get
+    more time or move to other hardware.
     """
-    payload = config.model_dump(mode="json", exclude={"output": True, "train": {"time_budget_s"}})
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return digest_of(config, exclude={"output": True, "train": {"time_budget_s", "device"}})
 
 
 def seal_checkpoint(directory: Path, state: RunState) -> None:

@@ -1,29 +1,35 @@
-"""``tandem posttrain sft|rl|dpo``: thin typer shells over :func:`posttrain_sft`, :func:`posttrain_rl`
-and :func:`posttrain_dpo`. Light to import: torch, transformers and trl load inside the commands."""
+"""``tandem posttrain <algorithm>``: one command per registered algorithm (:mod:`posttrain.algorithms`),
+all generated from one option signature and run by one stage runner. Light to import: torch,
+transformers and trl load inside the commands."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from infra.config import describe_validation_error
-from infra.errors import ConfigError
+from infra.config import load_config
+from posttrain.algorithms import PosttrainAlgorithm, algorithms, get_algorithm
 
 console = Console()
-posttrain_app = typer.Typer(help="Post-training: SFT, GRPO (verifier rewards) and DPO -> release candidates.")
+posttrain_app = typer.Typer(
+    help="Post-training (SFT, GRPO with verifier rewards, DPO, ...) -> release candidates."
+)
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 Base = Annotated[
     str, typer.Option(help="Registry ref (or local dir) of the start model, e.g. smollm2-135m-instruct@base.")
 ]
-Tasks = Annotated[str, typer.Option(help="Comma-separated task families (documents, terminal).")]
+Tasks = Annotated[
+    str,
+    typer.Option(help="Comma-separated task families with a rollout format (built in: documents, terminal)."),
+]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file with the stage's config.")]
 Steps = Annotated[int | None, typer.Option(help="Optimizer steps.")]
 LearningRate = Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")]
@@ -47,24 +53,8 @@ def build_config(
     model: type[ConfigT], path: Path | None, base: str, tasks: str, overrides: dict[str, dict[str, Any]]
 ) -> ConfigT:
     """The stage config from an optional file plus command-line overrides; errors name the field."""
-    data: dict[str, Any] = {}
-    source = str(path) if path else "command line"
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read config: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
-        data = loaded
-    data["base"] = base
-    data.setdefault("pool", {})["families"] = [t.strip() for t in tasks.split(",") if t.strip()]
-    for section, values in overrides.items():
-        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, source)) from exc
+    families = [t.strip() for t in tasks.split(",") if t.strip()]
+    return load_config(model, path, {**overrides, "base": base, "pool": {"families": families}})
 
 
 def _overrides(
@@ -88,26 +78,19 @@ def _overrides(
     }
 
 
-# stage -> (config class in posttrain.config, module, function): imported only when the stage runs.
-_STAGES = {
-    "sft": ("SFTRunConfig", "posttrain.sft", "posttrain_sft"),
-    "rl": ("RLRunConfig", "posttrain.rl", "posttrain_rl"),
-    "dpo": ("DPORunConfig", "posttrain.dpo", "posttrain_dpo"),
-}
-
-
-def _run_stage(
-    stage: str, base: str, tasks: str, path: Path | None, resume: bool, overrides: dict[str, dict[str, Any]]
+def run_stage(
+    algorithm: str,
+    base: str,
+    tasks: str,
+    path: Path | None,
+    resume: bool,
+    overrides: dict[str, dict[str, Any]],
 ) -> None:
-    """Build the stage's config from the file and the flags, train, and print what came out."""
-    import importlib
-
-    from posttrain import config as configs
-
-    class_name, module, function = _STAGES[stage]
+    """Build the algorithm's config from the file and the flags, train, and print what came out."""
+    registered = get_algorithm(algorithm)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run = build_config(getattr(configs, class_name), path, base, tasks, overrides)
-    _report(getattr(importlib.import_module(module), function)(run, resume=resume))
+    run = build_config(registered.config, path, base, tasks, overrides)
+    _report(registered.train(run, resume=resume))
 
 
 def _report(result: Any) -> None:
@@ -122,61 +105,29 @@ def _report(result: Any) -> None:
     console.print(table)
 
 
-@posttrain_app.command("sft")
-def sft_command(
-    base: Base,
-    tasks: Tasks = "documents",
-    config: ConfigFile = None,
-    steps: Steps = None,
-    lr: LearningRate = None,
-    lora: Lora = None,
-    work_dir: WorkDir = None,
-    registry: Registry = None,
-    name: Name = None,
-    version: Version = None,
-    resume: Resume = True,
-    time_budget: Budget = None,
-) -> None:
-    """SFT on generator demonstrations of the train split, balanced across families."""
-    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
-    _run_stage("sft", base, tasks, config, resume, overrides)
+def _command(algorithm: PosttrainAlgorithm) -> Callable[..., None]:
+    """The typer command of one algorithm; every algorithm shares this signature."""
+
+    def command(
+        base: Base,
+        tasks: Tasks = "documents",
+        config: ConfigFile = None,
+        steps: Steps = None,
+        lr: LearningRate = None,
+        lora: Lora = None,
+        work_dir: WorkDir = None,
+        registry: Registry = None,
+        name: Name = None,
+        version: Version = None,
+        resume: Resume = True,
+        time_budget: Budget = None,
+    ) -> None:
+        overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
+        run_stage(algorithm.name, base, tasks, config, resume, overrides)
+
+    command.__doc__ = algorithm.summary
+    return command
 
 
-@posttrain_app.command("rl")
-def rl_command(
-    base: Base,
-    tasks: Tasks = "documents",
-    config: ConfigFile = None,
-    steps: Steps = None,
-    lr: LearningRate = None,
-    lora: Lora = None,
-    work_dir: WorkDir = None,
-    registry: Registry = None,
-    name: Name = None,
-    version: Version = None,
-    resume: Resume = True,
-    time_budget: Budget = None,
-) -> None:
-    """GRPO with the eval suite's verifiers as rewards, curriculum and guards."""
-    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
-    _run_stage("rl", base, tasks, config, resume, overrides)
-
-
-@posttrain_app.command("dpo")
-def dpo_command(
-    base: Base,
-    tasks: Tasks = "documents",
-    config: ConfigFile = None,
-    steps: Steps = None,
-    lr: LearningRate = None,
-    lora: Lora = None,
-    work_dir: WorkDir = None,
-    registry: Registry = None,
-    name: Name = None,
-    version: Version = None,
-    resume: Resume = True,
-    time_budget: Budget = None,
-) -> None:
-    """DPO on verifier-labelled pairs of sampled rollouts."""
-    overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
-    _run_stage("dpo", base, tasks, config, resume, overrides)
+for _algorithm in algorithms():
+    posttrain_app.command(_algorithm.name)(_command(_algorithm))

@@ -1,15 +1,18 @@
-"""Pieces the three trainers share: model loading, TRL argument defaults, held-out measurement, and the
-end-of-run bookkeeping (trace seal, curves, candidate export)."""
+"""What every trainer shares: model loading on the configured device and precision, TRL argument defaults,
+building a TRL trainer, the guarded training loop, held-out measurement, and the end-of-run bookkeeping
+(trace seal, curves, candidate export). A trainer adds only its data and its TRL config/trainer classes."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evalsuite.schema import TaskInstance
+from infra.config import write_json
 from posttrain.checkpoints import config_digest
-from posttrain.config import _RunConfig
+from posttrain.config import RunConfig
 from posttrain.evaluation import HeldOutReport, measure_held_out
 from posttrain.pool import TaskPool
 from posttrain.run import (
@@ -19,7 +22,6 @@ from posttrain.run import (
     resolve_base,
     run_directory,
     save_curves,
-    write_json,
 )
 from posttrain.trace import TraceWriter
 
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 class StageContext:
     """Resolved inputs of one stage run: base weights, run dir, pool, trace, registry."""
 
-    def __init__(self, config: _RunConfig, stage: str, instances: list[TaskInstance] | None = None) -> None:
+    def __init__(self, config: RunConfig, stage: str, instances: list[TaskInstance] | None = None) -> None:
         self.config = config
         self.stage = stage
         self.registry = open_output_registry(config.output)
@@ -52,7 +54,7 @@ class StageContext:
         import torch
         from transformers import AutoModelForCausalLM
 
-        dtype = torch.float32 if self.config.train.dtype == "float32" else torch.bfloat16
+        dtype = torch.float32 if self.config.train.resolved_dtype() == "float32" else torch.bfloat16
         return AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=dtype)
 
     def peft_config(self) -> Any:
@@ -82,10 +84,39 @@ class StageContext:
             # function of the run state, so resuming after a crash stays exact.
             "data_seed": train.seed + 1000 * replay,
             "report_to": "none",
-            "use_cpu": True,
-            "bf16": train.dtype == "bfloat16",
+            "use_cpu": train.resolved_device() == "cpu",
+            "bf16": train.resolved_dtype() == "bfloat16",
             "dataloader_num_workers": 0,
         }
+
+    def trl_trainer(
+        self, trainer_class: Any, args: Any, tokenizer: Any, callbacks: list[Any], **data: Any
+    ) -> Any:
+        """A TRL trainer on a fresh copy of the base weights, with this run's tokenizer, LoRA and callbacks."""
+        return trainer_class(
+            model=self.load_model(),
+            args=args,
+            processing_class=tokenizer,
+            peft_config=self.peft_config(),
+            callbacks=callbacks,
+            **data,
+        )
+
+    def train(self, make_trainer: Callable[[list[Any], int], Any], resume: bool, **guard_options: Any) -> Any:
+        """Train under the guards (checkpoints, rollbacks, time budget); returns ``(trainer, GuardedRun)``."""
+        from posttrain.guards import train_guarded
+
+        return train_guarded(
+            make_trainer,
+            self.run_dir,
+            self.digest,
+            self.config.guards,
+            self.trace,
+            self.stage,
+            resume=resume,
+            time_budget_s=self.config.train.time_budget_s,
+            **guard_options,
+        )
 
     def held_out(self, model: Any, tokenizer: Any) -> HeldOutReport:
         return measure_held_out(model, tokenizer, self.config.eval, list(self.config.pool.families))

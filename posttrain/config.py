@@ -1,4 +1,7 @@
-"""Every tunable of the post-training loops, one typed config per stage (TRL style: documented fields)."""
+"""Every tunable of the post-training loops, one typed config per stage (TRL style: documented fields).
+
+Each stage's run config registers itself with its trainer (:func:`posttrain.algorithms.posttrain_algorithm`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.schema import Difficulty, Family
+from posttrain.algorithms import posttrain_algorithm
 
 
 class TaskPoolConfig(BaseModel):
@@ -112,7 +116,26 @@ class TrainConfig(BaseModel):
     seed: int = Field(default=0, description="Training seed.")
     lora: bool = Field(default=False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_rank: int = Field(default=16, ge=1, description="LoRA rank.")
-    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Training dtype.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Where training runs; auto = cuda when a GPU is visible, else cpu."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="float32", description="Training precision; auto = bfloat16 on cuda, float32 on cpu."
+    )
+
+    def resolved_device(self) -> Literal["cpu", "cuda"]:
+        """``device`` with ``auto`` decided by whether torch sees a GPU."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> Literal["float32", "bfloat16"]:
+        """``dtype`` with ``auto`` decided by the device (CPUs gain little from bfloat16 and lose accuracy)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device() == "cuda" else "float32"
 
 
 class OutputConfig(BaseModel):
@@ -135,7 +158,9 @@ class OutputConfig(BaseModel):
     publish: bool = Field(default=True, description="Publish the candidate and the run to the registry.")
 
 
-class _RunConfig(BaseModel):
+class RunConfig(BaseModel):
+    """What every algorithm's run config holds: the start model, task pool, training, held-out, guards, output."""
+
     model_config = ConfigDict(extra="forbid")
 
     base: str = Field(description="Registry ref of the model to start from, e.g. smollm2-135m-instruct@base.")
@@ -149,11 +174,13 @@ class _RunConfig(BaseModel):
     )
 
 
-class SFTRunConfig(_RunConfig):
+@posttrain_algorithm("sft", trainer="posttrain.sft:posttrain_sft")
+class SFTRunConfig(RunConfig):
     """Supervised fine-tuning on generator-made demonstrations of the train split."""
 
 
-class RLRunConfig(_RunConfig):
+@posttrain_algorithm("rl", trainer="posttrain.rl:posttrain_rl")
+class RLRunConfig(RunConfig):
     """GRPO with verifier rewards (TRL GRPOTrainer)."""
 
     reward: RewardConfig = Field(default_factory=RewardConfig)
@@ -166,7 +193,8 @@ class RLRunConfig(_RunConfig):
     beta: float = Field(default=0.0, ge=0.0, description="KL coefficient against the reference policy.")
 
 
-class DPORunConfig(_RunConfig):
+@posttrain_algorithm("dpo", trainer="posttrain.dpo:posttrain_dpo")
+class DPORunConfig(RunConfig):
     """DPO on verifier-labelled pairs of sampled rollouts (chosen correct, rejected wrong, same prompt)."""
 
     samples_per_prompt: int = Field(

@@ -10,7 +10,6 @@ from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
 from posttrain.config import DPORunConfig
 from posttrain.formats import format_for
-from posttrain.guards import train_guarded
 from posttrain.run import CandidateResult
 from posttrain.trace import RolloutRecord
 from posttrain.verify import verify_batch
@@ -30,7 +29,7 @@ def sample_completions(
     import torch
 
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    batch = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    batch = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
     with torch.no_grad():
         generated = model.generate(
             **batch,
@@ -137,25 +136,9 @@ def posttrain_dpo(
 
     def make_trainer(callbacks: list[Any], replay: int) -> Any:
         args = DPOConfig(**context.trainer_args(replay), beta=config.beta, max_length=config.train.max_length)
-        return DPOTrainer(
-            model=context.load_model(),
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=context.peft_config(),
-            callbacks=callbacks,
-        )
+        return context.trl_trainer(DPOTrainer, args, tokenizer, callbacks, train_dataset=dataset)
 
-    trainer, guarded = train_guarded(
-        make_trainer,
-        context.run_dir,
-        context.digest,
-        config.guards,
-        context.trace,
-        "dpo",
-        resume=resume,
-        time_budget_s=config.train.time_budget_s,
-    )
+    trainer, guarded = context.train(make_trainer, resume)
     after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
     metrics = {
         "steps": guarded.steps,

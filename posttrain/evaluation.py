@@ -71,7 +71,7 @@ def generate_greedy(
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(
                 texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-            )
+            ).to(model.device)
             generated = model.generate(  # type: ignore[operator]
                 **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )

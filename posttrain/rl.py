@@ -14,7 +14,6 @@ from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
 from posttrain.config import RLRunConfig
 from posttrain.formats import format_for
-from posttrain.guards import train_guarded
 from posttrain.pool import PoolState
 from posttrain.rewards import VerifierReward
 from posttrain.run import CandidateResult
@@ -80,14 +79,8 @@ def posttrain_rl(
             ignore_data_skip=True,
             disable_dropout=True,
         )
-        return GRPOTrainer(
-            model=context.load_model(),
-            reward_funcs=[reward],
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=context.peft_config(),
-            callbacks=callbacks,
+        return context.trl_trainer(
+            GRPOTrainer, args, tokenizer, callbacks, reward_funcs=[reward], train_dataset=dataset
         )
 
     def held_out(model: Any) -> float:
@@ -96,18 +89,12 @@ def posttrain_rl(
     def restore(pool: dict[str, Any]) -> None:
         context.pool.state = PoolState.model_validate(pool)
 
-    trainer, guarded = train_guarded(
+    trainer, guarded = context.train(
         make_trainer,
-        context.run_dir,
-        context.digest,
-        config.guards,
-        context.trace,
-        "rl",
+        resume,
         state_hooks=(lambda: context.pool.state.model_dump(), restore),
         held_out=held_out,
         extra_callbacks=extra_callbacks,
-        resume=resume,
-        time_budget_s=train.time_budget_s,
     )
     after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
     rewards = [row["reward"] for row in guarded.history if "reward" in row]

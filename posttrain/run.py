@@ -3,7 +3,6 @@ candidate (kind="model") and the run (kind="run": trace, history, curves) with l
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
@@ -123,10 +122,6 @@ def publish_candidate(
     )
     log.info("event=candidate_published ref=%s run=%s", candidate.ref, run_manifest.ref)
     return candidate.ref, run_manifest.ref
-
-
-def write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2, default=str))
 
 
 def open_output_registry(output: OutputConfig) -> Registry:

@@ -10,7 +10,6 @@ from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
 from posttrain.config import SFTRunConfig
 from posttrain.formats import format_for
-from posttrain.guards import train_guarded
 from posttrain.run import CandidateResult
 from posttrain.trace import RolloutRecord
 
@@ -65,26 +64,9 @@ def posttrain_sft(
         args = SFTConfig(
             **context.trainer_args(replay), max_length=train.max_length, completion_only_loss=True
         )
-        return SFTTrainer(
-            model=context.load_model(),
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=context.peft_config(),
-            callbacks=callbacks,
-        )
+        return context.trl_trainer(SFTTrainer, args, tokenizer, callbacks, train_dataset=dataset)
 
-    trainer, guarded = train_guarded(
-        make_trainer,
-        context.run_dir,
-        context.digest,
-        config.guards,
-        context.trace,
-        "sft",
-        resume=resume,
-        time_budget_s=train.time_budget_s,
-        extra_callbacks=extra_callbacks,
-    )
+    trainer, guarded = context.train(make_trainer, resume, extra_callbacks=extra_callbacks)
     after = context.held_out(trainer.model, tokenizer) if config.evaluate_before_after else None
     metrics = {
         "steps": guarded.steps,

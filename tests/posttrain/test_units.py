@@ -181,3 +181,41 @@ def test_cli_app_has_the_three_stages_and_stays_light() -> None:
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
         == "False"
     )
+
+
+def test_algorithms_are_registered_config_trainer_pairs_that_generate_the_cli() -> None:
+    from posttrain import (
+        DPORunConfig,
+        PosttrainError,
+        RLRunConfig,
+        SFTRunConfig,
+        algorithm_names,
+        get_algorithm,
+    )
+    from posttrain.cli import posttrain_app
+
+    assert algorithm_names() == ("sft", "rl", "dpo")
+    assert [get_algorithm(n).config for n in algorithm_names()] == [SFTRunConfig, RLRunConfig, DPORunConfig]
+    assert get_algorithm("rl").trainer == "posttrain.rl:posttrain_rl"
+    commands = {c.name: c.callback for c in posttrain_app.registered_commands}
+    assert list(commands) == list(algorithm_names())
+    assert commands["dpo"].__doc__ == get_algorithm("dpo").summary  # type: ignore[union-attr]
+    with pytest.raises(PosttrainError, match="allowed: sft, rl, dpo"):
+        get_algorithm("ppo")
+    with pytest.raises(PosttrainError, match="takes a SFTRunConfig"):
+        get_algorithm("sft").train(DPORunConfig(base="b"))
+
+
+def test_device_and_precision_come_from_config() -> None:
+    from posttrain import SFTRunConfig, TrainConfig
+    from posttrain.checkpoints import config_digest
+
+    assert TrainConfig().resolved_device() == "cpu"  # this machine has no GPU
+    assert TrainConfig().resolved_dtype() == "float32"
+    assert TrainConfig(device="cuda", dtype="auto").resolved_dtype() == "bfloat16"
+    assert TrainConfig(device="cpu", dtype="auto").resolved_dtype() == "float32"
+    with pytest.raises(ValueError, match="device"):
+        TrainConfig(device="tpu")  # type: ignore[arg-type]
+    # A run may resume on other hardware: the device is not part of the resume digest.
+    on = {d: config_digest(SFTRunConfig(base="b", train={"device": d})) for d in ("auto", "cpu", "cuda")}
+    assert len(set(on.values())) == 1
