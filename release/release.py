@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalsuite.registry import family_names
 from infra.config import load_model_file
 from infra.errors import ConfigError, TandemError
 from infra.registry import parse_ref
@@ -74,7 +75,9 @@ class _Strict(BaseModel):
 
 
 class PosttrainStage(_Strict):
-    method: Literal["sft", "rl", "dpo"] = Field("sft", description="tandem posttrain sft | rl | dpo.")
+    method: str = Field(
+        "sft", description="A registered post-training algorithm (tandem posttrain <method>)."
+    )
     config: Path | None = Field(
         None, description="YAML of the stage's run config (as `tandem posttrain --config`)."
     )
@@ -82,6 +85,18 @@ class PosttrainStage(_Strict):
         default_factory=dict,
         description="Run-config fields merged over `config`, e.g. {train: {max_steps: 50}}.",
     )
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, method: str) -> str:
+        from posttrain.algorithms import get_algorithm
+        from posttrain.errors import PosttrainError
+
+        try:
+            get_algorithm(method)
+        except PosttrainError as exc:  # pydantic reports ValueErrors as field errors
+            raise ValueError(str(exc)) from exc
+        return method
 
 
 class DistillStage(_Strict):
@@ -104,7 +119,9 @@ class EvalStage(_Strict):
         description="The stable release, evaluated on the same seeds.",
     )
     base_url: str | None = Field(None, description="OpenAI-compatible URL of the gateway (default :8000/v1).")
-    families: list[str] = Field(default_factory=lambda: ["terminal", "documents", "agent"])
+    families: list[str] = Field(
+        default_factory=lambda: list(family_names()), description="Default: every registered eval family."
+    )
     split: str = "test"
     limit: int = Field(30, ge=1, description="Samples per family (the gate wants min_samples pairs).")
     seed: int = 0
@@ -244,14 +261,10 @@ def _need(artifacts: ReleaseArtifacts, name: str, stage: str) -> str:
 @release_stage("posttrain")
 def run_posttrain(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
     """Post-train ``base`` into a candidate published as ``<candidate_name>@<release_id>``."""
-    import posttrain
+    from posttrain.algorithms import get_algorithm
 
     stage = config.posttrain
-    run_config: dict[str, type[BaseModel]] = {
-        "sft": posttrain.SFTRunConfig,
-        "rl": posttrain.RLRunConfig,
-        "dpo": posttrain.DPORunConfig,
-    }
+    algorithm = get_algorithm(stage.method)
     data = _settings(stage.config, stage.settings)
     data["base"] = config.base
     output = data.setdefault("output", {})
@@ -259,10 +272,10 @@ def run_posttrain(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> Release
     output.setdefault("version", config.release_id)
     output.setdefault("work_dir", str(config.work_dir / "posttrain"))
     try:
-        settings = run_config[stage.method].model_validate(data)
+        settings = algorithm.config.model_validate(data)
     except ValueError as exc:
         raise ConfigError(f"posttrain settings: {exc}") from exc
-    result = getattr(posttrain, f"posttrain_{stage.method}")(settings)
+    result = algorithm.train(settings)
     if result.candidate_ref is None:
         raise StageFailed("posttrain published no candidate (output.publish is off)")
     held_out = {k: v for k, v in result.metrics.items() if "held_out" in k or "pass_rate" in k}
