@@ -1,4 +1,4 @@
-"""Agent tasks: multi-step support requests against the simulated shop (:mod:`evalsuite.shop`).
+"""Agent tasks: multi-step support requests against the simulated shop (:mod:`evalsuite.families.agent.shop`).
 
 Each builder makes an initial shop state and a request, then derives the goal state by running a
 reference solution on a copy of the shop; the verifier compares the model's final state to it. The

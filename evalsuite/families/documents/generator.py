@@ -1,7 +1,7 @@
 """Documents tasks: invoices, financial statements and contracts with tables and nested sections.
 
 Questions ask for a field, a computed total, a cross-check between sections, or a fact hidden at a chosen
-depth of a long contract (needle). Answers are scored by exact or numeric match (see verifiers).
+depth of a long contract (needle). Answers are scored by exact or numeric match (see ``verifier.py``).
 """
 
 from __future__ import annotations
