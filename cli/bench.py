@@ -18,7 +18,7 @@ bench_app = typer.Typer(
 
 
 def _register_package_benches() -> None:
-    from distill.cli import fast_bench_command
+    from cli.bench_fast import fast_bench_command
 
     bench_app.command("fast")(fast_bench_command)
 

@@ -1,10 +1,12 @@
-"""Draft distillation for the fast tier: layer-subset init, on-policy KD, acceptance, choice of k."""
+"""Drafts for the fast tier: EAGLE-3 heads trained on the target's own outputs (the default), and
+layer-subset drafts distilled on-policy; acceptance and the choice of k."""
 
 from distill.acceptance import AcceptanceReport, measure_acceptance, measure_cost_ratio
 from distill.api import distill_draft, latest_draft_for
-from distill.bench import run_fast_bench
 from distill.config import DistillConfig
 from distill.draft_init import build_layer_subset_draft, check_same_tokenizer, spread_layers
+from distill.eagle3.api import train_eagle3_head
+from distill.eagle3.config import Eagle3Config
 from distill.errors import CheckpointError, DistillError, TokenizerMismatch
 from distill.speculation import (
     SpeculationChoice,
@@ -18,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "DistillConfig",
     "DistillError",
+    "Eagle3Config",
     "SpeculationChoice",
     "TokenizerMismatch",
     "build_layer_subset_draft",
@@ -29,6 +32,6 @@ __all__ = [
     "latest_draft_for",
     "measure_acceptance",
     "measure_cost_ratio",
-    "run_fast_bench",
     "spread_layers",
+    "train_eagle3_head",
 ]

@@ -54,7 +54,10 @@ def measure_acceptance(
     was_training = draft.training
     draft.eval()
     for batch in batches:
-        with torch.autocast("cpu", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        device = next(draft.parameters()).device.type
+        with torch.autocast(
+            device, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
+        ):
             teacher_logits = completion_logits(teacher, batch)
             draft_logits = completion_logits(draft, batch)
         mask = batch.completion_mask.bool()

@@ -6,8 +6,7 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,35 +50,12 @@ def _resolve_dir(registry: Registry, ref_or_path: str) -> Path:
     return registry.fetch(ref_or_path)
 
 
-@contextmanager
-def _progress(description: str, total: int, completed: int, enabled: bool) -> Iterator[Any]:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+#: progress(stage, done, total, status): the CLI draws it; library code never prints.
+Progress = Callable[[str, int, int, str], None]
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-    )
-    with progress:
-        task = progress.add_task(description, total=total, completed=completed, status="")
 
-        def advance(status: str) -> None:
-            progress.update(task, advance=1, status=status)
-
-        yield advance
+def _no_progress(stage: str, done: int, total: int, status: str) -> None:
+    """The default progress callback: nothing (steps are logged anyway)."""
 
 
 def _train_run(
@@ -89,29 +65,29 @@ def _train_run(
     until_step: int,
     *,
     label: str,
-    show_progress: bool,
+    progress: Progress,
 ) -> AcceptanceReport:
     """Train ``distiller`` to ``until_step`` with periodic evaluation and checkpoints; resumable."""
     config = distiller.config
     last_report: AcceptanceReport | None = None
-    with _progress(f"distill {label}", until_step, distiller.step, show_progress) as advance:
-        while distiller.step < until_step:
-            loss = distiller.train_step(divergence)
-            status = f"loss={loss:.3f}"
-            if distiller.step % config.eval_every == 0 or distiller.step == until_step:
-                last_report = distiller.evaluate()
-                status += f" acc={last_report.expected_acceptance:.3f}"
-            if distiller.step % config.checkpoint_every == 0 or distiller.step == until_step:
-                distiller.save_checkpoint(run_dir, {"divergence": divergence})
-            advance(status)
-            log.info("event=distill_step run=%s step=%d %s", label.replace(" ", "-"), distiller.step, status)
+    progress(f"distill {label}", distiller.step, until_step, "")
+    while distiller.step < until_step:
+        loss = distiller.train_step(divergence)
+        status = f"loss={loss:.3f}"
+        if distiller.step % config.eval_every == 0 or distiller.step == until_step:
+            last_report = distiller.evaluate()
+            status += f" acc={last_report.expected_acceptance:.3f}"
+        if distiller.step % config.checkpoint_every == 0 or distiller.step == until_step:
+            distiller.save_checkpoint(run_dir, {"divergence": divergence})
+        progress(f"distill {label}", distiller.step, until_step, status)
+        log.info("event=distill_step run=%s step=%d %s", label.replace(" ", "-"), distiller.step, status)
     if last_report is None or distiller.history.evaluations[-1][0] != distiller.step:
         last_report = distiller.evaluate()
     return last_report
 
 
 def distill_draft(
-    config: DistillConfig, *, registry: Registry | None = None, show_progress: bool = True
+    config: DistillConfig, *, registry: Registry | None = None, progress: Progress | None = None
 ) -> ArtifactManifest:
     """Build a draft for ``config.teacher`` and distill it on-policy; publish it (kind="draft") and return it.
 
@@ -195,7 +171,7 @@ def distill_draft(
                 candidate,
                 config.sweep_steps,
                 label=f"sweep {candidate}",
-                show_progress=show_progress,
+                progress=progress or _no_progress,
             )
             histories[f"sweep {candidate}"] = distiller.history
             sweep[candidate] = report.expected_acceptance
@@ -219,7 +195,7 @@ def distill_draft(
         divergence,
         max(config.steps, distiller.step),
         label=f"main {divergence}",
-        show_progress=show_progress,
+        progress=progress or _no_progress,
     )
     histories[f"main {divergence}"] = distiller.history
 

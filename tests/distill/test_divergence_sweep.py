@@ -23,7 +23,7 @@ def test_auto_divergence_keeps_the_best_measured_candidate_and_caches_the_sweep(
         eval_prompts=4,
         publish=False,
     )
-    manifest = distill_draft(config, registry=tiny_teacher_registry, show_progress=False)
+    manifest = distill_draft(config, registry=tiny_teacher_registry)
     sweep = {
         c: json.loads((tmp_path / "work" / f"sweep-{c}" / "result.json").read_text()) for c in ("fkl", "tvd")
     }
@@ -38,6 +38,6 @@ def test_auto_divergence_keeps_the_best_measured_candidate_and_caches_the_sweep(
         return original(self)
 
     monkeypatch.setattr(DraftDistiller, "evaluate", counting)
-    again = distill_draft(config, registry=tiny_teacher_registry, show_progress=False)
+    again = distill_draft(config, registry=tiny_teacher_registry)
     assert again.metadata["divergence"] == best
     assert evaluations == [3]  # the sweep is read back, only the finished main run is re-measured

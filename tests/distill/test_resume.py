@@ -25,7 +25,7 @@ def test_interrupted_run_resumes_from_checkpoint(
 ) -> None:
     settings = {"steps": 6, "checkpoint_every": 2, "eval_every": 6, "eval_prompts": 4, "publish": False}
     straight = tiny_config(tmp_path / "straight", **settings)
-    distill_draft(straight, registry=tiny_teacher_registry, show_progress=False)
+    distill_draft(straight, registry=tiny_teacher_registry)
 
     original = DraftDistiller.train_step
 
@@ -37,10 +37,10 @@ def test_interrupted_run_resumes_from_checkpoint(
     interrupted = tiny_config(tmp_path / "interrupted", **settings)
     monkeypatch.setattr(DraftDistiller, "train_step", failing_step)
     with pytest.raises(Interrupted):
-        distill_draft(interrupted, registry=tiny_teacher_registry, show_progress=False)
+        distill_draft(interrupted, registry=tiny_teacher_registry)
     assert [s for s, _ in _losses(tmp_path / "interrupted")] == [1, 2]
     monkeypatch.setattr(DraftDistiller, "train_step", original)
-    distill_draft(interrupted, registry=tiny_teacher_registry, show_progress=False)
+    distill_draft(interrupted, registry=tiny_teacher_registry)
 
     resumed, reference = _losses(tmp_path / "interrupted"), _losses(tmp_path / "straight")
     assert [s for s, _ in resumed] == [1, 2, 3, 4, 5, 6]
@@ -52,11 +52,9 @@ def test_checkpoint_from_other_config_is_refused(tiny_teacher_registry: FileRegi
     distill_draft(
         tiny_config(work_dir, steps=2, checkpoint_every=2, eval_prompts=4, publish=False),
         registry=tiny_teacher_registry,
-        show_progress=False,
     )
     with pytest.raises(CheckpointError, match="learning_rate"):
         distill_draft(
             tiny_config(work_dir, steps=4, learning_rate=1e-4, eval_prompts=4, publish=False),
             registry=tiny_teacher_registry,
-            show_progress=False,
         )

@@ -29,7 +29,7 @@ def test_draft_with_other_tokenizer_is_refused_before_training(
     tokenizer.save_pretrained(draft_dir)
     work_dir = tmp_path / "work"
     with pytest.raises(TokenizerMismatch, match="different tokenizers"):
-        distill_draft(_config(work_dir, draft_dir), registry=tiny_teacher_registry, show_progress=False)
+        distill_draft(_config(work_dir, draft_dir), registry=tiny_teacher_registry)
     assert not list(work_dir.rglob("checkpoint.pt"))
 
 
@@ -41,6 +41,4 @@ def test_draft_with_other_vocab_size_is_refused(tiny_teacher_registry: FileRegis
     config["vocab_size"] = 32000
     (draft_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(TokenizerMismatch, match="vocab_size 32000"):
-        distill_draft(
-            _config(tmp_path / "work", draft_dir), registry=tiny_teacher_registry, show_progress=False
-        )
+        distill_draft(_config(tmp_path / "work", draft_dir), registry=tiny_teacher_registry)

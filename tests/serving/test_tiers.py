@@ -125,3 +125,70 @@ def test_auto_skips_a_draft_expected_to_be_slower(registry: FileRegistry, tmp_pa
     )
     resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
     assert resolved.speculative_method == "ngram"
+
+
+def _eagle3_dir(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    (path / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    return path
+
+
+def test_auto_picks_the_draft_with_the_best_measured_speedup(registry: FileRegistry, tmp_path: Path) -> None:
+    lineage = Lineage(parents=["toy@v1"])
+    registry.publish(
+        _eagle3_dir(tmp_path, "head"),
+        "toy-eagle3",
+        "v1",
+        kind="draft",
+        lineage=lineage,
+        metadata={"method": "eagle3", "expected_speedup": 1.6, "num_speculative_tokens": 4},
+    )
+    time.sleep(0.01)
+    registry.publish(  # newer, but slower: auto must not prefer it
+        _model_dir(tmp_path, "subset"),
+        "toy-draft",
+        "v1",
+        kind="draft",
+        lineage=lineage,
+        metadata={"expected_speedup": 1.1},
+    )
+    resolved = resolve_tier(TierConfig(name="fast", model_id="tandem-fast", model="toy@v1"), registry)
+    assert resolved.speculative_method == "eagle3" and resolved.draft_version == "toy-eagle3@v1"
+    spec = engine_kwargs(resolved)["speculative_config"]
+    assert spec == {
+        "method": "eagle3",
+        "model": str(registry.fetch("toy-eagle3@v1")),
+        "num_speculative_tokens": 4,
+    }
+
+
+def test_eagle3_method_without_a_head_is_a_config_error(registry: FileRegistry) -> None:
+    from infra.errors import ConfigError
+
+    tier = TierConfig(
+        name="fast", model_id="tandem-fast", model="toy@v1", speculative=SpeculativeConfig(method="eagle3")
+    )
+    with pytest.raises(ConfigError, match="no EAGLE-3 head"):
+        resolve_tier(tier, registry)
+
+
+def test_local_eagle3_directory_is_served_as_eagle3(registry: FileRegistry, tmp_path: Path) -> None:
+    head = _eagle3_dir(tmp_path, "local-head")
+    tier = TierConfig(
+        name="fast", model_id="tandem-fast", model="toy@v1", speculative=SpeculativeConfig(draft=str(head))
+    )
+    resolved = resolve_tier(tier, registry)
+    assert engine_kwargs(resolved)["speculative_config"]["method"] == "eagle3"
+
+
+def test_intel_openmp_is_preloaded_into_cpu_engines_only_when_asked(registry: FileRegistry) -> None:
+    from serving.tiers import EngineConfig, engine_env, intel_openmp_library
+
+    if intel_openmp_library() is None:
+        pytest.skip("no libiomp5.so in this environment")
+    assert engine_env(EngineConfig())["LD_PRELOAD"].endswith("libiomp5.so")
+    assert "LD_PRELOAD" not in engine_env(EngineConfig(intel_openmp=False))
+    assert engine_env(EngineConfig(intel_openmp=False, env={"A": "1"})) == {"A": "1"}
+    resolved = resolve_tier(TierConfig(name="standard", model_id="tandem-standard", model="toy@v1"), registry)
+    assert to_llm_config(resolved).runtime_env["env_vars"]["LD_PRELOAD"].endswith("libiomp5.so")

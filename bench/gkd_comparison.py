@@ -2,7 +2,7 @@
 
 Same teacher, same layer-subset draft, same batch (prompts x new tokens), fully on-policy (lmbda=1),
 JSD beta=0.5, CPU. Writes ``bench/results/distill_gkd_comparison.json``. Run with
-``python -m distill.gkd_comparison`` (it takes a few minutes on 2 cores).
+``python -m bench.gkd_comparison`` (it takes a few minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _time_gkd_trainer(
             logging_steps=1,
             save_strategy="no",
             report_to=[],
-            use_cpu=True,
+            use_cpu=not torch.cuda.is_available(),
             bf16=True,
             max_length=96 + new_tokens,
         )
@@ -132,7 +132,7 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO)
     result = compare(prepare_bundled_model(), [0, 10, 19, 29])
-    out = Path("bench/results/distill_gkd_comparison.json")
+    out = Path(__file__).resolve().parent / "results" / "distill_gkd_comparison.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     log.info("event=gkd_comparison result=%s", json.dumps(result))

@@ -1,0 +1,419 @@
+"""``tandem bench fast``: the fast tier against the best-tuned standard tier, with vLLM, side by side.
+
+Engines run one after another, each in its own process (:mod:`bench.fast_engine`), on the same held-out
+chat prompts (never trained on) and the same engine settings as the served tiers (``EngineConfig``):
+
+- ``standard``: the plain engine, per engine-tuning variant (e.g. with and without Intel OpenMP preloaded);
+- ``fast``: the same engine + the EAGLE-3 head (``speculative_config.method: eagle3``);
+- ``oracle-k<K>``: a proposer that replays the standard engine's own greedy output (:mod:`bench.oracle`):
+  every draft is accepted, so this is the ceiling the engine allows at that k;
+- ``untrained``: a randomly initialised head of the same shape: acceptance ~0, so its slowdown is the
+  true per-step cost of drafting and verifying (c);
+- ``ngram``: vLLM's prompt lookup, the fast tier's fallback.
+
+Each runs 1, 4 and 16 concurrent streams (the oracle/untrained/ngram engines run one stream). Greedy
+outputs of fast and standard are compared token by token (float32: lossless means identical).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from distill.prompts import load_prompts
+from infra.errors import TandemError
+from infra.registry import open_registry
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_TEACHER = "smollm2-135m-instruct@base"
+
+
+class FastBenchError(TandemError):
+    """A benchmark engine failed or its inputs are missing."""
+
+
+class FastBenchConfig(BaseModel):
+    """Every knob of ``tandem bench fast``."""
+
+    teacher: str = DEFAULT_TEACHER
+    draft: str | None = Field(
+        None, description="EAGLE-3 head ref or directory; default the teacher's newest."
+    )
+    num_speculative_tokens: int | None = Field(None, ge=1, description="k; default the head's recorded k.")
+    streams: list[int] = Field(default_factory=lambda: [1, 4, 16])
+    requests_per_stream: int = Field(2, ge=1, description="Requests per stream at >1 streams.")
+    single_requests: int = Field(8, ge=1, description="Requests sent one at a time.")
+    max_tokens: int = Field(128, ge=8)
+    oracle_ks: list[int] = Field(
+        default_factory=lambda: [3, 5], description="k values of the oracle ceiling."
+    )
+    untrained: bool = Field(True, description="Also time an untrained head of the same shape (true c).")
+    ngram: bool = Field(True, description="Also time vLLM n-gram prompt lookup.")
+    variants: list[str] = Field(
+        default_factory=lambda: ["iomp", "default"],
+        description="Engine tuning variants measured for the standard tier; the fastest is the baseline "
+        "and the fast tier runs with it. 'iomp' preloads Intel OpenMP (vLLM CPU's advice).",
+    )
+    dtype: str = Field("float32", description="Both tiers' dtype (float32: greedy identity is exact).")
+    max_num_seqs: int = 32
+    kv_cache_memory_bytes: int = 1 << 30
+    registry_url: str | None = None
+    engine_timeout_s: int = 1800
+    results_dir: Path = RESULTS_DIR
+
+
+def iomp_library() -> Path | None:
+    """Intel OpenMP shipped in the environment (pip's intel-openmp), for LD_PRELOAD on vLLM CPU engines."""
+    candidate = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return candidate if candidate.is_file() else None
+
+
+def variant_env(variant: str) -> dict[str, str]:
+    if variant == "iomp":
+        library = iomp_library()
+        if library is None:
+            raise FastBenchError("variant 'iomp': libiomp5.so not found under the environment's lib/")
+        return {"LD_PRELOAD": str(library)}
+    if variant == "default":
+        return {}
+    raise FastBenchError(f"unknown tuning variant {variant!r}: expected 'iomp' or 'default'")
+
+
+def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tandem-fast-bench-") as scratch:
+        spec_path, result_path = Path(scratch) / "spec.json", Path(scratch) / "result.json"
+        spec_path.write_text(json.dumps(spec))
+        log.info("event=fast_bench_engine label=%s", label)
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.fast_engine", str(spec_path), str(result_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=Path(__file__).resolve().parent.parent,
+            env={**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"), **env},
+        )
+        if completed.returncode != 0 or not result_path.is_file():
+            raise FastBenchError(
+                f"vLLM engine '{label}' failed (exit {completed.returncode}): {completed.stderr[-3000:]}"
+            )
+        return dict(json.loads(result_path.read_text()))
+
+
+def chat_token_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = []
+    for prompt in prompts:
+        ids: Any = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        rows.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return rows
+
+
+def compare_tokens(reference: list[list[int]], candidate: list[list[int]]) -> dict[str, Any]:
+    identical = sum(a == b for a, b in zip(reference, candidate, strict=True))
+    return {"identical": identical, "total": len(reference), "lossless": identical == len(reference)}
+
+
+def memory_bandwidth_gbps(megabytes: int = 512) -> float:
+    """Read bandwidth with torch (sum over a large float32 tensor), best of 5."""
+    import torch
+
+    tensor = torch.ones(megabytes * 1024 * 1024 // 4)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        tensor.sum()
+        best = min(best, time.perf_counter() - started)
+    return tensor.numel() * 4 / best / 1e9
+
+
+def _phase_summary(phase: dict[str, Any]) -> dict[str, Any]:
+    requests = phase["requests"]
+    summary = {
+        "streams": phase["streams"],
+        "tokens_per_s": round(phase["tokens_per_s"], 2),
+        "tpot_p50_ms": round(1000 * median(r["tpot_s"] for r in requests), 2),
+        "ttft_p50_ms": round(1000 * median(r["ttft_s"] for r in requests), 2),
+        "generated_tokens": phase["generated_tokens"],
+    }
+    spec = phase.get("spec_decode")
+    if spec:
+        summary["acceptance_rate"] = round(spec["acceptance_rate"], 4) if spec["acceptance_rate"] else None
+        summary["mean_acceptance_length"] = (
+            round(spec["mean_acceptance_length"], 4) if spec["mean_acceptance_length"] else None
+        )
+        summary["accepted_per_position"] = spec["accepted_per_position"]
+    return summary
+
+
+def run_fast_bench(
+    config: FastBenchConfig, *, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Measure every engine of the module docstring; write ``fast-<time>.json`` + ``fast-latest.json``."""
+    from distill.eagle3.head import Eagle3Head, is_eagle3_dir
+    from serving.tiers import newest_draft_for
+
+    say = progress or (lambda message: log.info("event=fast_bench %s", message))
+    registry = open_registry(config.registry_url)
+    teacher = registry.manifest(config.teacher)
+    teacher_dir = registry.fetch(teacher.ref)
+    if config.draft and Path(config.draft).expanduser().is_dir():
+        draft_dir, draft_ref, recorded_k = Path(config.draft).expanduser(), config.draft, None
+    else:
+        manifest = (
+            registry.manifest(config.draft)
+            if config.draft
+            else newest_draft_for(registry, teacher.ref, method="eagle3")
+        )
+        if manifest is None:
+            raise FastBenchError(
+                f"no EAGLE-3 head for {teacher.ref}: run `tandem distill --method eagle3` first"
+            )
+        draft_dir, draft_ref = registry.fetch(manifest.ref), manifest.ref
+        recorded_k = manifest.metadata.get("num_speculative_tokens")
+    if not is_eagle3_dir(draft_dir):
+        raise FastBenchError(f"{draft_ref}: not an EAGLE-3 head (config.json architectures)")
+    k = int(config.num_speculative_tokens or recorded_k or 3)
+
+    heldout = load_prompts(split="heldout")
+    needed = max(config.single_requests, max(config.streams) * config.requests_per_stream)
+    prompts = chat_token_ids(teacher_dir, (heldout * (needed // len(heldout) + 1))[:needed])
+    phases = [
+        {
+            "name": f"{s}",
+            "streams": s,
+            "requests": config.single_requests if s == 1 else s * config.requests_per_stream,
+        }
+        for s in config.streams
+    ]
+    engine = {
+        "model": str(teacher_dir),
+        "dtype": config.dtype,
+        "enforce_eager": True,
+        "max_model_len": 2048,
+        "max_num_seqs": config.max_num_seqs,
+        "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
+        "seed": 0,
+    }
+    base = {"prompts": prompts, "max_tokens": config.max_tokens}
+    started, load_before = time.perf_counter(), os.getloadavg()
+    runs: dict[str, dict[str, Any]] = {}
+
+    for variant in config.variants:
+        say(f"standard engine ({variant})")
+        runs[f"standard[{variant}]"] = _run_engine(
+            {**base, "engine": engine, "phases": phases},
+            f"standard-{variant}",
+            variant_env(variant),
+            config.engine_timeout_s,
+        )
+    best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
+    env = variant_env(best_variant)
+    eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}
+    say(f"fast engine (eagle3, k={k}, {best_variant})")
+    runs["fast"] = _run_engine(
+        {**base, "engine": {**engine, "speculative_config": eagle}, "phases": phases},
+        "fast",
+        env,
+        config.engine_timeout_s,
+    )
+    single = [p for p in phases if p["streams"] == 1]
+    reference = runs[f"standard[{best_variant}]"]["phases"]["1"]["requests"]
+    with tempfile.TemporaryDirectory(prefix="tandem-oracle-") as scratch:
+        oracle_file = Path(scratch) / "oracle.json"
+        oracle_file.write_text(
+            json.dumps([ids + r["token_ids"] for ids, r in zip(prompts, reference, strict=False)])
+        )
+        for oracle_k in config.oracle_ks:
+            say(f"oracle ceiling k={oracle_k}")
+            runs[f"oracle-k{oracle_k}"] = _run_engine(
+                {
+                    **base,
+                    "engine": {
+                        **engine,
+                        "speculative_config": {
+                            "method": "custom_class",
+                            "model": "bench.oracle.OracleProposer",
+                            "num_speculative_tokens": oracle_k,
+                        },
+                    },
+                    "phases": single,
+                },
+                f"oracle-k{oracle_k}",
+                {**env, "TANDEM_ORACLE_FILE": str(oracle_file)},
+                config.engine_timeout_s,
+            )
+        if config.untrained:
+            say("untrained head (cost of drafting)")
+            untrained_dir = Path(scratch) / "untrained"
+            head = Eagle3Head.load_vllm(draft_dir)
+            fresh = Eagle3Head(head.shape)
+            fresh.d2t.copy_(head.d2t)
+            fresh.t2d.copy_(head.t2d)
+            fresh.save_vllm(untrained_dir)
+            runs["untrained"] = _run_engine(
+                {
+                    **base,
+                    "engine": {**engine, "speculative_config": {**eagle, "model": str(untrained_dir)}},
+                    "phases": single,
+                },
+                "untrained",
+                env,
+                config.engine_timeout_s,
+            )
+    if config.ngram:
+        say("n-gram prompt lookup")
+        runs["ngram"] = _run_engine(
+            {
+                **base,
+                "engine": {
+                    **engine,
+                    "speculative_config": {
+                        "method": "ngram",
+                        "num_speculative_tokens": k,
+                        "prompt_lookup_max": 4,
+                        "prompt_lookup_min": 2,
+                    },
+                },
+                "phases": single,
+            },
+            "ngram",
+            env,
+            config.engine_timeout_s,
+        )
+
+    summary = summarise(runs, best_variant, k)
+    bandwidth = memory_bandwidth_gbps()
+    weight_bytes = sum(p.stat().st_size for p in teacher_dir.glob("*.safetensors"))
+    bytes_fp32 = weight_bytes * (2 if "bfloat16" in (teacher_dir / "config.json").read_text() else 1)
+    bound_ms = bytes_fp32 / (bandwidth * 1e9) * 1000
+    summary.update(
+        {
+            "teacher": teacher.ref,
+            "draft": draft_ref,
+            "num_speculative_tokens": k,
+            "max_tokens": config.max_tokens,
+            "tuning_variant": best_variant,
+            "memory_bandwidth_gbps": round(bandwidth, 1),
+            "bandwidth_bound_tpot_ms": round(bound_ms, 2),
+            "standard_tpot_over_bound": round(summary["standard"]["1"]["tpot_p50_ms"] / bound_ms, 3),
+            "measured_at": datetime.now(UTC).isoformat(),
+            "bench_seconds": round(time.perf_counter() - started, 1),
+            # The CPU is shared: how busy it was bounds how far timings can be trusted.
+            "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+            "cpu_count": os.cpu_count(),
+            "command": "tandem bench fast",
+        }
+    )
+    draft_report = draft_dir / "eagle3_report.json"
+    if draft_report.is_file():
+        offline = json.loads(draft_report.read_text())
+        summary["offline_acceptance"] = offline.get("acceptance")
+        summary["train_completion_tokens"] = offline.get("train_completion_tokens")
+    write_result(summary, config.results_dir)
+    return summary
+
+
+def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dict[str, Any]:
+    standard = runs[f"standard[{best_variant}]"]["phases"]
+    fast = runs["fast"]["phases"]
+    summary: dict[str, Any] = {
+        "variants": {
+            name.removeprefix("standard[").removesuffix("]"): {
+                p: _phase_summary(v) for p, v in run["phases"].items()
+            }
+            for name, run in runs.items()
+            if name.startswith("standard[")
+        },
+        "standard": {p: _phase_summary(v) for p, v in standard.items()},
+        "fast": {p: _phase_summary(v) for p, v in fast.items()},
+    }
+    summary["speedup"] = {p: round(fast[p]["tokens_per_s"] / standard[p]["tokens_per_s"], 3) for p in fast}
+    slower = [int(p) for p, ratio in summary["speedup"].items() if ratio < 1.0]
+    summary["crossover_streams"] = min(slower) if slower else None
+    summary["lossless"] = {
+        p: compare_tokens(
+            [r["token_ids"] for r in standard[p]["requests"]], [r["token_ids"] for r in fast[p]["requests"]]
+        )
+        for p in fast
+    }
+    base_tps = standard["1"]["tokens_per_s"]
+    summary["oracle"] = {
+        name.removeprefix("oracle-k"): {
+            **_phase_summary(run["phases"]["1"]),
+            "speedup": round(run["phases"]["1"]["tokens_per_s"] / base_tps, 3),
+        }
+        for name, run in runs.items()
+        if name.startswith("oracle-k")
+    }
+    if "untrained" in runs:
+        phase = runs["untrained"]["phases"]["1"]
+        ratio = phase["tokens_per_s"] / base_tps
+        length = (phase.get("spec_decode") or {}).get("mean_acceptance_length") or 1.0
+        summary["untrained"] = {**_phase_summary(phase), "speedup": round(ratio, 3)}
+        # Single-stream step model: ratio = E[tokens per step] / (1 + k c)  =>  c (verification included).
+        summary["cost_ratio_c"] = round((length / ratio - 1) / k, 4)
+    if "ngram" in runs:
+        phase = runs["ngram"]["phases"]["1"]
+        summary["ngram"] = {**_phase_summary(phase), "speedup": round(phase["tokens_per_s"] / base_tps, 3)}
+    if summary["oracle"]:
+        ceiling = max(v["speedup"] for v in summary["oracle"].values())
+        summary["oracle_ceiling_speedup"] = ceiling
+        summary["fraction_of_ceiling"] = round(summary["speedup"]["1"] / ceiling, 3)
+    return summary
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    rows = [
+        "| engine | streams | tok/s | TPOT p50 ms | fast/standard | acceptance rate | accepted per position |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for streams, phase in summary["standard"].items():
+        rows.append(
+            f"| standard ({summary['tuning_variant']}) | {streams} | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | 1.0 | | |"
+        )
+        fast = summary["fast"][streams]
+        rows.append(
+            f"| fast (eagle3, k={summary['num_speculative_tokens']}) | {streams} | {fast['tokens_per_s']} | {fast['tpot_p50_ms']} | "
+            f"**{summary['speedup'][streams]}** | {fast.get('acceptance_rate')} | {fast.get('accepted_per_position')} |"
+        )
+    for k, phase in summary.get("oracle", {}).items():
+        rows.append(
+            f"| oracle ceiling k={k} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | |"
+        )
+    for name in ("untrained", "ngram"):
+        if name in summary:
+            phase = summary[name]
+            rows.append(
+                f"| {name} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def write_result(summary: dict[str, Any], results_dir: Path) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = results_dir / f"fast-{stamp}.json"
+    text = json.dumps(summary, indent=2)
+    path.write_text(text)
+    (results_dir / "fast-latest.json").write_text(text)
+    (results_dir / "fast-latest.md").write_text(markdown_table(summary))
+    summary["results_file"] = str(path)
+    return path

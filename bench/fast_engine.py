@@ -1,0 +1,132 @@
+"""One vLLM engine measurement, run in its own process by :mod:`bench.fast` (engines never overlap).
+
+Usage: ``python -m bench.fast_engine <spec.json> <result.json>``. The spec holds the engine arguments,
+prompts (token ids) and the phases to time; the result holds per-phase timings, per-request TTFT and time
+per output token, the token ids produced and the engine's spec-decode counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def _spec_counters(metrics: list[Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {name.split(":")[-1]: 0 for name in SPEC_COUNTERS}
+    found["per_position"] = []
+    for metric in metrics:
+        if metric.name in SPEC_COUNTERS:
+            found[metric.name.split(":")[-1]] += int(metric.value)
+        elif metric.name == PER_POSITION:
+            values = [int(v) for v in metric.values]
+            previous = found["per_position"] or [0] * len(values)
+            found["per_position"] = [a + b for a, b in zip(previous, values, strict=True)]
+    return found
+
+
+def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    delta = {k: after[k] - before[k] for k in after if k != "per_position"}
+    previous = before["per_position"] or [0] * len(after["per_position"])
+    delta["per_position"] = [a - b for a, b in zip(after["per_position"], previous, strict=True)]
+    drafts, draft_tokens = delta["spec_decode_num_drafts"], delta["spec_decode_num_draft_tokens"]
+    accepted = delta["spec_decode_num_accepted_tokens"]
+    delta["acceptance_rate"] = accepted / draft_tokens if draft_tokens else None
+    delta["mean_acceptance_length"] = 1 + accepted / drafts if drafts else None
+    delta["accepted_per_position"] = [round(n / drafts, 4) for n in delta["per_position"]] if drafts else []
+    return delta
+
+
+async def _one(engine: Any, ids: list[int], params: Any) -> dict[str, Any]:
+    from vllm.inputs import TokensPrompt
+
+    started = time.perf_counter()
+    first: float | None = None
+    tokens: list[int] = []
+    async for output in engine.generate(TokensPrompt(prompt_token_ids=ids), params, str(uuid.uuid4())):
+        if first is None and output.outputs[0].token_ids:
+            first = time.perf_counter()
+        tokens = list(output.outputs[0].token_ids)
+    ended = time.perf_counter()
+    ttft = (first or ended) - started
+    return {
+        "token_ids": tokens,
+        "ttft_s": ttft,
+        "tpot_s": (ended - (first or ended)) / max(1, len(tokens) - 1),
+        "seconds": ended - started,
+    }
+
+
+async def _phase(engine: Any, prompts: list[list[int]], streams: int, max_tokens: int) -> dict[str, Any]:
+    """``len(prompts)`` requests, ``streams`` in flight at a time (a new one starts as one ends)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False)
+    queue = list(enumerate(prompts))
+    results: dict[int, dict[str, Any]] = {}
+
+    async def worker() -> None:
+        while queue:
+            index, ids = queue.pop(0)
+            results[index] = await _one(engine, ids, params)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(streams)))
+    elapsed = time.perf_counter() - started
+    ordered = [results[i] for i in range(len(prompts))]
+    generated = sum(len(r["token_ids"]) for r in ordered)
+    return {
+        "seconds": elapsed,
+        "generated_tokens": generated,
+        "tokens_per_s": generated / elapsed,
+        "requests": ordered,
+    }
+
+
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+
+    started = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**spec["engine"], disable_log_stats=False))
+    result: dict[str, Any] = {"engine_start_s": time.perf_counter() - started, "phases": {}}
+    prompts: list[list[int]] = spec["prompts"]
+    warm = SamplingParams(temperature=0.0, max_tokens=8)
+    await asyncio.gather(*(_one(engine, ids, warm) for ids in prompts[:2]))
+    speculative = bool(spec["engine"].get("speculative_config"))
+    try:
+        for phase in spec["phases"]:
+            before = _spec_counters(get_metrics_snapshot()) if speculative else None
+            measured = await _phase(
+                engine, prompts[: phase["requests"]], phase["streams"], spec["max_tokens"]
+            )
+            measured["streams"] = phase["streams"]
+            if before is not None:
+                measured["spec_decode"] = _delta(_spec_counters(get_metrics_snapshot()), before)
+            result["phases"][phase["name"]] = measured
+    finally:
+        engine.shutdown()
+    return result
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    result = asyncio.run(measure(spec))
+    Path(sys.argv[2]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

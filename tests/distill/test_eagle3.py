@@ -1,0 +1,241 @@
+"""EAGLE-3 heads: the training-time-test head against vLLM's eagle3 semantics, on tiny random Llamas.
+
+The integration test trains a tiny head end to end (vLLM generation, features, training, publish) and has
+vLLM load it as a fast tier: greedy output must be identical to the plain engine's (float32) one stream
+at a time and 8 concurrent, and vLLM's own spec-decode counters must show accepted drafts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from distill.eagle3.config import Eagle3Config
+from distill.eagle3.head import Eagle3Head, HeadShape, default_aux_layers, is_eagle3_dir
+from distill.eagle3.training import chain_acceptance, choose_draft_vocab, make_batch, step_losses
+from infra.registry import FileRegistry
+
+
+def _shape(**overrides: object) -> HeadShape:
+    values: dict[str, object] = {
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
+        "target_vocab_size": 1000,
+        "draft_vocab_size": 64,
+        "aux_layers": [1, 2, 4],
+    }
+    values.update(overrides)
+    return HeadShape.model_validate(values)
+
+
+def test_default_aux_layers_are_distinct_and_match_vllm_for_real_depths() -> None:
+    assert default_aux_layers(30) == [2, 15, 27]  # vLLM's Llama default for SmolLM2's 30 layers
+    for layers in (2, 4, 6, 8, 12):
+        chosen = default_aux_layers(layers)
+        assert len(set(chosen)) == 3 and max(chosen) <= layers
+
+
+def test_draft_vocabulary_maps_both_ways() -> None:
+    rows = [{"output_ids": [5, 5, 5, 9, 9, 700]}, {"output_ids": [9, 42]}]
+    vocab, coverage = choose_draft_vocab(rows, 3, 1000)
+    assert vocab.tolist() == [5, 9, 42] or vocab.tolist() == [5, 9, 700]
+    assert coverage == pytest.approx(7 / 8)
+    head = Eagle3Head(_shape(draft_vocab_size=3))
+    head.set_vocab(vocab)
+    to_draft = head.target_to_draft()
+    for draft_id, target_id in enumerate(vocab.tolist()):
+        assert int(head.draft_to_target(torch.tensor(draft_id))) == target_id
+        assert int(to_draft[target_id]) == draft_id
+    assert int(to_draft[1]) == -1
+
+
+def test_later_steps_see_only_their_own_diagonal() -> None:
+    """Changing a future position must not change any step's logits at an earlier position (causality),
+    and step 2 at position t must depend on step 1's output at t (the draft's own hidden state)."""
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape()).eval()
+    features = torch.randn(1, 6, 3 * 128)
+    embeds = torch.randn(1, 8, 128)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    with torch.no_grad():
+        before = head(features, embeds, mask, 3)
+        changed = features.clone()
+        changed[0, 5] += 1.0
+        after = head(changed, embeds, mask, 3)
+    for step in range(3):
+        assert torch.allclose(before[step][0, :5], after[step][0, :5], atol=1e-5)
+        assert not torch.allclose(before[step][0, 5], after[step][0, 5])
+
+
+def test_vllm_checkpoint_roundtrip(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape())
+    head.set_vocab(torch.arange(0, 128, 2))
+    head.save_vllm(tmp_path / "head")
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["draft_vocab_size"] == 64 and config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 4]
+    assert is_eagle3_dir(tmp_path / "head")
+    from safetensors.torch import load_file
+
+    names = set(load_file(str(tmp_path / "head" / "model.safetensors")))
+    assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "lm_head.weight", "d2t", "norm.weight"} <= names
+    assert not any(name.startswith("embed_tokens") for name in names)  # vLLM shares the target's
+    loaded = Eagle3Head.load_vllm(tmp_path / "head")
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_acceptance_counts_chains_not_tokens() -> None:
+    """Draft token j counts only when tokens 1..j were all right, as vLLM's verifier accepts them."""
+    valid = torch.tensor([[True, True, True, True]])
+    checks = [
+        (torch.tensor([[True, True, False, True]]), valid),
+        (torch.tensor([[True, False, True, True]]), valid),
+        (torch.tensor([[False, True, True, True]]), valid),
+    ]
+    counts, denominators, positions = chain_acceptance(checks)
+    assert counts == [3, 2, 1] and denominators == [4, 4, 4] and positions == 4
+
+
+def test_step_losses_train_only_completion_labels() -> None:
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape(draft_vocab_size=1000, target_vocab_size=1000))
+    head.set_vocab(torch.arange(1000))
+    embed = torch.nn.Embedding(1000, 128)
+    ids = torch.randint(0, 1000, (12,))
+    batch = make_batch([(ids, torch.randn(12, 3 * 128), 10)], 3)
+    losses, checks = step_losses(head, embed, batch, 3, head.target_to_draft())
+    assert all(torch.isfinite(part) for part in losses)
+    # Prompt of 10 tokens, 12 in all: step 1 (label t+2) has labels at positions 10, 11 only -> t = 8, 9.
+    assert checks[0][1].nonzero()[:, 1].tolist() == [8, 9]
+    assert checks[2][1].nonzero()[:, 1].tolist() == [6, 7]  # step 3: label t+4
+
+
+def _tiny_target(out_dir: Path, tokenizer_dir: Path) -> Path:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=2,  # vLLM's CPU attention needs head_dim >= 64
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    # Default-scale random weights: greedy output runs a short, context-dependent course into a
+    # repeated token, which a head can learn from a few dozen prompts (wilder weights give noise).
+    LlamaForCausalLM(config).save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+SERVE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, asyncio
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    def main():
+        spec = json.loads(open(sys.argv[1]).read())
+        llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=512,
+                  kv_cache_memory_bytes=128 << 20, disable_log_stats=False, seed=0,
+                  speculative_config={"method": "eagle3", "model": spec["head"], "num_speculative_tokens": 3})
+        params = SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"])
+        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in spec["prompts"]]
+        single = [list(llm.generate([p], params, use_tqdm=False)[0].outputs[0].token_ids) for p in prompts[:4]]
+        batched = [list(o.outputs[0].token_ids) for o in llm.generate(prompts[:8], params, use_tqdm=False)]
+        counters = {m.name: m.value for m in llm.get_metrics() if m.name in (
+            "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")}
+        open(sys.argv[2], "w").write(json.dumps({"single": single, "batched": batched, "counters": counters}))
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path, bundled_dir: Path) -> None:
+    from distill.eagle3.api import train_eagle3_head
+
+    registry = FileRegistry(tmp_path / "registry")
+    registry.publish(_tiny_target(tmp_path / "target", bundled_dir), "tiny", "v1", kind="model")
+    config = Eagle3Config(
+        teacher="tiny@v1",
+        work_dir=tmp_path / "work",
+        template_prompts=64,
+        self_prompts=0,
+        max_new_tokens=32,
+        max_seq_len=160,
+        draft_vocab_size=512,
+        speculative_steps=3,
+        epochs=5,
+        tokens_per_batch=2048,
+        learning_rate=3e-3,
+        warmup_steps=5,
+        eval_every=1000,
+        compute_dtype="float32",
+        generation_kv_cache_bytes=128 << 20,
+        version="t1",
+    )
+    stages: list[str] = []
+    manifest = train_eagle3_head(
+        config, registry=registry, progress=lambda stage, done, total, status: stages.append(stage)
+    )
+    assert {"greedy completions", "held-out completions", "features train", "train head"} <= set(stages)
+    assert manifest.ref == "tiny-eagle3@t1" and manifest.kind == "draft"
+    assert manifest.lineage.parents == ["tiny@v1"]
+    assert manifest.metadata["method"] == "eagle3"
+    report = json.loads((registry.fetch(manifest.ref) / "eagle3_report.json").read_text())
+    before, after = report["evaluations"][0], report["evaluations"][-1]
+    assert after["mean_accepted"] > before["mean_accepted"] + 0.2, report["evaluations"]
+
+    heldout = [
+        json.loads(line)
+        for path in sorted((tmp_path / "work" / "data" / "heldout").glob("shard-*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    spec = {
+        "model": str(registry.fetch("tiny@v1")),
+        "head": str(registry.fetch(manifest.ref)),
+        "prompts": [row["prompt_ids"] for row in heldout[:8]],
+        "max_tokens": 32,
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "serve.py").write_text(SERVE_SCRIPT)
+    completed = subprocess.run(
+        [sys.executable, str(tmp_path / "serve.py"), str(tmp_path / "spec.json"), str(tmp_path / "out.json")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    served = json.loads((tmp_path / "out.json").read_text())
+    reference = [row["output_ids"] for row in heldout[:8]]  # the plain float32 engine's greedy output
+    assert served["single"] == reference[:4]
+    assert served["batched"] == reference
+    drafted = served["counters"]["vllm:spec_decode_num_draft_tokens"]
+    accepted = served["counters"]["vllm:spec_decode_num_accepted_tokens"]
+    assert drafted > 0 and accepted / drafted > 0.2, served["counters"]
