@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gateway.release_metrics import SERIES, RequestOutcome
 from gateway.traffic import TrafficWeights, load_traffic_weights
 from infra.errors import TandemError
 
@@ -77,38 +78,40 @@ class ReleaseSplitter:
 
 
 class ReleaseMetrics:
-    """``tandem_*`` counters and histograms tagged by release and tier, exported through Ray."""
+    """Every series of :data:`gateway.release_metrics.SERIES` the ingress emits, tagged by release and tier,
+    recorded through Ray (exported as ``ray_<name>``)."""
 
     def __init__(self) -> None:
         from ray.util.metrics import Counter, Histogram
 
         tags = ("release", "tier")
-        self.requests = Counter("tandem_requests_total", "Requests finished.", tag_keys=tags)
-        self.errors = Counter("tandem_request_errors_total", "Requests that ended in a 5xx.", tag_keys=tags)
-        self.ttft = Histogram(
-            "tandem_time_to_first_token_seconds",
-            "Time to first output token.",
-            boundaries=[0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16],
-            tag_keys=tags,
-        )
-        self.tpot = Histogram(
-            "tandem_time_per_output_token_seconds",
-            "Time per output token after the first.",
-            boundaries=[0.01, 0.02, 0.04, 0.08, 0.15, 0.25, 0.5, 1],
-            tag_keys=tags,
-        )
+        self.series = [series for series in SERIES.values() if series.emit is not None]
+        self.instruments: dict[str, Any] = {}
+        for series in self.series:
+            assert series.emitted_as is not None
+            self.instruments[series.name] = (
+                Histogram(
+                    series.emitted_as, series.description, boundaries=list(series.boundaries), tag_keys=tags
+                )
+                if series.kind == "histogram"
+                else Counter(series.emitted_as, series.description, tag_keys=tags)
+            )
 
     def record(
         self, release: str, tier: str, *, server_error: bool, ttft_s: float | None, tpot_s: float | None
     ) -> None:
         tags = {"release": release, "tier": tier}
-        self.requests.inc(1, tags)
-        if server_error:
-            self.errors.inc(1, tags)
-        if ttft_s is not None:
-            self.ttft.observe(ttft_s, tags)
-        if tpot_s is not None:
-            self.tpot.observe(tpot_s, tags)
+        outcome = RequestOutcome(server_error=server_error, ttft_s=ttft_s, tpot_s=tpot_s)
+        for series in self.series:
+            assert series.emit is not None
+            value = series.emit(outcome)
+            if value is None:
+                continue
+            instrument = self.instruments[series.name]
+            if series.kind == "histogram":
+                instrument.observe(value, tags)
+            else:
+                instrument.inc(value, tags)
 
 
 def open_release_metrics() -> Any:

@@ -22,13 +22,19 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    computed_field,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from evalsuite.gate import GateVerdict
 from evalsuite.gate_report import VERDICT_FILE
+from gateway.release_metrics import (
+    ROLLOUT_METRICS,
+    SERIES,
+    Histogram,
+    LimitKind,
+)
 from gateway.traffic import (
     RELEASES,
     ReleaseName,
@@ -75,17 +81,21 @@ class LowerLimit(_Strict):
         return self
 
 
-class AnalysisThresholds(_Strict):
-    """What the candidate's window metrics must satisfy; unset metrics are not analysed."""
+_LIMIT_MODELS: dict[LimitKind, type[BaseModel]] = {"upper": UpperLimit, "lower": LowerLimit}
 
-    error_rate: UpperLimit | None = Field(None, description="Errors / requests in the window.")
-    p99_ttft_seconds: UpperLimit | None = Field(None, description="99th percentile time to first token.")
-    time_per_output_token_seconds: UpperLimit | None = Field(
-        None, description="Mean time per output token after the first (decode speed)."
-    )
-    acceptance_rate: LowerLimit | None = Field(
-        None, description="Fast tier: accepted / drafted speculative tokens."
-    )
+# One optional field per registered rollout metric (gateway.release_metrics.ROLLOUT_METRICS).
+_ThresholdFields: Any = create_model(
+    "_ThresholdFields",
+    __base__=_Strict,
+    **{
+        name: (_LIMIT_MODELS[metric.limit] | None, Field(None, description=metric.description))
+        for name, metric in ROLLOUT_METRICS.items()
+    },
+)
+
+
+class AnalysisThresholds(_ThresholdFields):
+    """What the candidate's window metrics must satisfy, per rollout metric; unset metrics are not analysed."""
 
     def merged(self, override: AnalysisThresholds | None) -> AnalysisThresholds:
         """These thresholds with every metric the override sets replaced by the override's."""
@@ -156,7 +166,7 @@ def _by_release_label() -> dict[ReleaseName, dict[str, str]]:
     return {"stable": {"release": "stable"}, "candidate": {"release": "candidate"}}
 
 
-class MetricsConfig(_Strict):
+class _MetricsConfig(_Strict):
     """Where and what the controller reads from the gateway's Prometheus ``/metrics``.
 
     The gateway records ``tandem_*`` with ``ray.util.metrics`` (tagged ``release``, ``tier``); Ray exports
@@ -171,12 +181,6 @@ class MetricsConfig(_Strict):
         "string is accepted.",
     )
     timeout_seconds: float = Field(5.0, gt=0)
-    requests: str = Field("ray_tandem_requests_total", description="Counter of finished requests.")
-    errors: str = Field("ray_tandem_request_errors_total", description="Counter of failed requests (5xx).")
-    ttft: str = Field("ray_tandem_time_to_first_token_seconds", description="Histogram (base name).")
-    tpot: str = Field("ray_tandem_time_per_output_token_seconds", description="Histogram (base name).")
-    drafted_tokens: str = Field("ray_vllm_spec_decode_num_draft_tokens_total", description="Counter.")
-    accepted_tokens: str = Field("ray_vllm_spec_decode_num_accepted_tokens_total", description="Counter.")
     release_selectors: dict[ReleaseName, dict[str, str]] = Field(
         default_factory=_by_release_label,
         description="Labels that pick each release's request/latency samples (summed over the rest).",
@@ -192,12 +196,26 @@ class MetricsConfig(_Strict):
         return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _both_releases(self) -> MetricsConfig:
+    def _both_releases(self) -> _MetricsConfig:
         for field in ("release_selectors", "acceptance_selectors"):
             selectors = getattr(self, field)
             if selectors is not None and set(selectors) != set(RELEASES):
                 raise ValueError(f"{field} needs exactly the keys 'stable' and 'candidate'")
         return self
+
+
+# One Prometheus name per registered series (gateway.release_metrics.SERIES), defaulting to Ray's export.
+_SeriesNames: Any = create_model(
+    "_SeriesNames",
+    __base__=_MetricsConfig,
+    **{
+        name: (str, Field(series.exported, description=series.description)) for name, series in SERIES.items()
+    },
+)
+
+
+class MetricsConfig(_SeriesNames):
+    __doc__ = _MetricsConfig.__doc__
 
 
 class DeploymentCommands(_Strict):
@@ -364,25 +382,29 @@ def read_gate_verdict(gate: GateRequirement, registry: Registry | None) -> tuple
 
 
 # ---------------------------------------------------------------------------------------------- analysis
-class WindowMetrics(BaseModel):
-    """One release's traffic over an analysis window (deltas of the gateway's counters and histograms)."""
+class _WindowMetrics(BaseModel):
+    @model_validator(mode="after")
+    def _derive(self) -> _WindowMetrics:
+        # Metrics not given are computed from the counter deltas given (histograms: none in this form).
+        window = _CounterWindow(
+            {name: getattr(self, name) for name in SERIES if SERIES[name].kind == "counter"}
+        )
+        for name, metric in ROLLOUT_METRICS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, metric.window(window))
+        return self
 
-    requests: float = 0
-    errors: float = 0
-    p99_ttft_seconds: float | None = None
-    time_per_output_token_seconds: float | None = Field(None, description="Mean over the window.")
-    drafted_tokens: float = 0
-    accepted_tokens: float = 0
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def error_rate(self) -> float | None:
-        return self.errors / self.requests if self.requests > 0 else None
+_WindowFields: Any = create_model(
+    "_WindowFields",
+    __base__=_WindowMetrics,
+    **{name: (float, 0.0) for name, series in SERIES.items() if series.kind == "counter"},
+    **{name: (float | None, Field(None, description=m.description)) for name, m in ROLLOUT_METRICS.items()},
+)
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens > 0 else None
+
+class WindowMetrics(_WindowFields):
+    """One release's traffic over an analysis window: each counter series' delta, each rollout metric's value."""
 
 
 CheckStatus = Literal["pass", "fail", "no_data"]
@@ -446,7 +468,7 @@ def evaluate_analysis(
     nor passes, and relative limits are ``no_data`` while stable served nothing (weight 100).
     """
     checks: list[ThresholdCheck] = []
-    for metric in AnalysisThresholds.model_fields:
+    for metric in ROLLOUT_METRICS:
         limits = getattr(thresholds, metric)
         if limits is not None:
             checks += _apply(metric, limits, getattr(candidate, metric), getattr(stable, metric))
@@ -454,23 +476,17 @@ def evaluate_analysis(
 
 
 # ---------------------------------------------------------------------------------------------- windows
-class Histogram(BaseModel):
-    """A cumulative Prometheus histogram: bucket upper bound (``le``, as text) -> cumulative count."""
+_CounterFields: Any = create_model(
+    "_CounterFields",
+    **{
+        name: (float, 0.0) if series.kind == "counter" else (Histogram, Field(default_factory=Histogram))
+        for name, series in SERIES.items()
+    },
+)
 
-    buckets: dict[str, float] = Field(default_factory=dict)
-    sum: float = 0
-    count: float = 0
 
-
-class ReleaseCounters(BaseModel):
-    """Cumulative counters of one release at one instant; windows are differences of two of these."""
-
-    requests: float = 0
-    errors: float = 0
-    ttft: Histogram = Field(default_factory=Histogram)
-    tpot: Histogram = Field(default_factory=Histogram)
-    drafted_tokens: float = 0
-    accepted_tokens: float = 0
+class ReleaseCounters(_CounterFields):
+    """Cumulative values of one release's series at one instant; windows are differences of two of these."""
 
 
 class MetricsSnapshot(BaseModel):
@@ -493,35 +509,35 @@ def _histogram_delta(start: Histogram, end: Histogram) -> Histogram:
     )
 
 
-def histogram_quantile(quantile: float, histogram: Histogram) -> float | None:
-    """Prometheus ``histogram_quantile``: linear interpolation inside the bucket holding the rank."""
-    if histogram.count <= 0 or not histogram.buckets:
-        return None
-    bounds = sorted((float(le), count) for le, count in histogram.buckets.items())
-    total = bounds[-1][1]
-    if total <= 0:
-        return None
-    rank = quantile * total
-    lower_bound, lower_count = 0.0, 0.0
-    for upper_bound, count in bounds:
-        if count >= rank:
-            if upper_bound == float("inf"):
-                return lower_bound  # the rank is past the last finite bucket: report its bound
-            if count == lower_count:
-                return upper_bound
-            return lower_bound + (upper_bound - lower_bound) * (rank - lower_count) / (count - lower_count)
-        lower_bound, lower_count = upper_bound, count
-    return lower_bound
+class _CounterWindow:
+    """A window of counter deltas only (histograms are empty)."""
+
+    def __init__(self, counters: dict[str, float]) -> None:
+        self.counters = counters
+
+    def counter(self, name: str) -> float:
+        return self.counters[name]
+
+    def histogram(self, name: str) -> Histogram:
+        return Histogram()
+
+
+class _DeltaWindow:
+    """The window between two snapshots of one release."""
+
+    def __init__(self, start: ReleaseCounters, end: ReleaseCounters) -> None:
+        self.start, self.end = start, end
+
+    def counter(self, name: str) -> float:
+        return _delta(getattr(self.start, name), getattr(self.end, name))
+
+    def histogram(self, name: str) -> Histogram:
+        return _histogram_delta(getattr(self.start, name), getattr(self.end, name))
 
 
 def window_metrics(start: ReleaseCounters, end: ReleaseCounters) -> WindowMetrics:
-    """One release's window: request/error deltas, p99 TTFT and mean TPOT of the histogram deltas."""
-    tpot = _histogram_delta(start.tpot, end.tpot)
-    return WindowMetrics(
-        requests=_delta(start.requests, end.requests),
-        errors=_delta(start.errors, end.errors),
-        p99_ttft_seconds=histogram_quantile(0.99, _histogram_delta(start.ttft, end.ttft)),
-        time_per_output_token_seconds=tpot.sum / tpot.count if tpot.count > 0 else None,
-        drafted_tokens=_delta(start.drafted_tokens, end.drafted_tokens),
-        accepted_tokens=_delta(start.accepted_tokens, end.accepted_tokens),
-    )
+    """One release's window (two ReleaseCounters): counter deltas and every rollout metric's value."""
+    window = _DeltaWindow(start, end)
+    counters = {name: window.counter(name) for name, series in SERIES.items() if series.kind == "counter"}
+    values = {name: metric.window(window) for name, metric in ROLLOUT_METRICS.items()}
+    return WindowMetrics(**counters, **values)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from gateway.release_metrics import SERIES
 from gateway.traffic import RELEASES, ReleaseName, ReleaseSpec, TrafficWeights
 from infra.errors import RolloutError
 from release.rollout import Histogram, MetricsConfig, MetricsSnapshot, ReleaseCounters, RolloutConfig
@@ -100,14 +101,14 @@ class PrometheusMetricsSource:
                 buckets=buckets, sum=total(f"{base}_sum", selector), count=total(f"{base}_count", selector)
             )
 
-        return ReleaseCounters(
-            requests=total(config.requests, selector),
-            errors=total(config.errors, selector),
-            ttft=histogram(config.ttft),
-            tpot=histogram(config.tpot),
-            drafted_tokens=total(config.drafted_tokens, engine_selector),
-            accepted_tokens=total(config.accepted_tokens, engine_selector),
-        )
+        values: dict[str, Any] = {}
+        for name, series in SERIES.items():  # every registered series, under its configured name
+            exported = getattr(config, name)
+            if series.kind == "histogram":
+                values[name] = histogram(exported)
+            else:
+                values[name] = total(exported, engine_selector if series.selector == "engine" else selector)
+        return ReleaseCounters(**values)
 
 
 # ---------------------------------------------------------------------------------------------- traffic + deploy

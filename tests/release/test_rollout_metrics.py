@@ -17,9 +17,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gateway.release_metrics import Histogram, histogram_quantile
 from gateway.traffic import ReleaseSpec, assign_release, load_traffic_weights
 from infra.errors import RolloutError
-from release.rollout import Histogram, MetricsConfig, ReleaseCounters, histogram_quantile, window_metrics
+from release.rollout import MetricsConfig, ReleaseCounters, window_metrics
 from release.rollout_cli import rollout_app
 from release.rollout_controller import (
     CommandDeployer,
