@@ -85,7 +85,13 @@ class ServeDeployer:
     handle, and ``remove`` deletes them; the stable tiers are still scaled in place.
     """
 
-    def __init__(self, rollout: RolloutConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        rollout: RolloutConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        serve_client: Any | None = None,
+    ) -> None:
         try:
             self.options = ServeDeployerOptions.model_validate(rollout.deployment.options)
         except ValidationError as exc:
@@ -110,6 +116,9 @@ class ServeDeployer:
                 "later (Serve restarts every replica of an application whose arguments change, so a new "
                 "candidate cannot be added to a running one in place)"
             )
+        # Serve's state comes from Ray's ServeSubmissionClient (connected on first use); it has no call for
+        # the dashboard's scale endpoint (Ray 2.60), so that one POST goes through this client.
+        self._serve_client = serve_client
         self.http = httpx.Client(
             base_url=self.options.dashboard_url.rstrip("/"),
             timeout=30,
@@ -209,14 +218,32 @@ class ServeDeployer:
         ``actor_id``, ``pid``, ``state``)."""
         app_name = app_name or self.options.app_name
         try:
-            response = self.http.get("/api/serve/applications/")
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
+            details = self._serve().get_serve_details()
+        except RolloutError:
+            raise
+        except (
+            Exception
+        ) as exc:  # the client raises requests' errors, Ray's AuthenticationError, RuntimeError
             raise RolloutError(f"cannot read Serve's state from {self.options.dashboard_url}: {exc}") from exc
-        application = response.json().get("applications", {}).get(app_name)
+        application = details.get("applications", {}).get(app_name)
         if application is None:
             raise RolloutError(f"no Serve application {app_name!r} at {self.options.dashboard_url}")
         return {name: d.get("replicas", []) for name, d in application["deployments"].items()}
+
+    def _serve(self) -> Any:
+        """Ray's dashboard client for Serve's applications, connected on first use."""
+        if self._serve_client is None:
+            from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
+
+            try:
+                self._serve_client = ServeSubmissionClient(
+                    self.options.dashboard_url.rstrip("/"), headers=self._auth_headers()
+                )
+            except Exception as exc:  # it checks the connection and Ray's version when it is built
+                raise RolloutError(
+                    f"cannot reach the Ray dashboard at {self.options.dashboard_url}: {exc}"
+                ) from exc
+        return self._serve_client
 
     def _scale(self, release: ReleaseName, targets: dict[str, int]) -> None:
         app = self.options.app_name

@@ -60,6 +60,22 @@ class FakeDashboard:
         return httpx.Response(200, json={"applications": applications})
 
 
+class FakeServeClient:
+    """Ray's ServeSubmissionClient as the deployer uses it, reading the fake dashboard."""
+
+    def __init__(self, dashboard: FakeDashboard) -> None:
+        self.http = httpx.Client(base_url="http://dashboard", transport=httpx.MockTransport(dashboard.handle))
+
+    def get_serve_details(self) -> dict[str, Any]:
+        return dict(self.http.get("/api/serve/applications/").json())
+
+
+def _deployer(config: RolloutConfig, dashboard: FakeDashboard) -> ServeDeployer:
+    return ServeDeployer(
+        config, transport=httpx.MockTransport(dashboard.handle), serve_client=FakeServeClient(dashboard)
+    )
+
+
 def _rollout(tmp_path: Path, candidate: str = CANDIDATE) -> RolloutConfig:
     gateway = tmp_path / "tandem.yaml"
     tiers = [
@@ -83,7 +99,7 @@ def _rollout(tmp_path: Path, candidate: str = CANDIDATE) -> RolloutConfig:
 def test_deploy_and_remove_scale_only_that_release(tmp_path: Path) -> None:
     dashboard = FakeDashboard()
     config = _rollout(tmp_path)
-    deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
+    deployer = _deployer(config, dashboard)
     deployer.deploy("candidate", config.candidate)
     assert dashboard.scaled == [(name, 1) for name in CANDIDATE_TIERS]
     deployer.remove("stable", config.stable)
@@ -99,9 +115,7 @@ def test_deploy_and_remove_scale_only_that_release(tmp_path: Path) -> None:
 
 def test_refused_scale_names_the_deployment_and_the_cause(tmp_path: Path) -> None:
     config = _rollout(tmp_path)
-    deployer = ServeDeployer(
-        config, transport=httpx.MockTransport(FakeDashboard(external_scaler=False).handle)
-    )
+    deployer = _deployer(config, FakeDashboard(external_scaler=False))
     with pytest.raises(RolloutError, match=r"scale LLMServer:tandem-standard-candidate to 0: HTTP 412"):
         deployer.remove("candidate", config.candidate)
 
@@ -149,7 +163,7 @@ def test_a_late_candidate_gets_its_own_applications(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(serve_deployer, "_ray_connected", lambda: True)
     dashboard = FakeDashboard()
-    deployer = ServeDeployer(config, transport=httpx.MockTransport(dashboard.handle))
+    deployer = _deployer(config, dashboard)
     deployer.deploy("candidate", config.candidate)
     deployer.remove("candidate", config.candidate)
     assert [argv[3] for argv in runs] == ["deploy", "remove"]
@@ -200,7 +214,7 @@ def test_a_late_candidate_is_deployed_in_process_without_a_ray_connection(
 
     monkeypatch.setattr(candidate_apps, "deploy", fake_deploy)
     monkeypatch.setattr(candidate_apps, "remove", lambda config, app_name: calls.append(("remove",)) or [])
-    deployer = ServeDeployer(config, transport=httpx.MockTransport(FakeDashboard().handle))
+    deployer = _deployer(config, FakeDashboard())
     deployer.deploy("candidate", config.candidate)
     deployer.remove("candidate", config.candidate)
     assert calls == [
@@ -231,3 +245,12 @@ def test_late_candidates_and_a_built_in_slot_are_exclusive() -> None:
 
     with pytest.raises(ValidationError, match="late_candidates"):
         CanaryConfig(model="m@v2", late_candidates=True)
+
+
+def test_serve_state_comes_from_rays_client_and_an_unreachable_dashboard_is_a_rollout_error(
+    tmp_path: Path,
+) -> None:
+    config = _rollout(tmp_path)
+    config.deployment.options["dashboard_url"] = "http://127.0.0.1:9"  # nothing listens on the discard port
+    with pytest.raises(RolloutError, match=r"cannot reach the Ray dashboard at http://127\.0\.0\.1:9"):
+        ServeDeployer(config).replicas()
