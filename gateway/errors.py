@@ -7,6 +7,7 @@ the offending field; only genuine server faults are 5xx.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import Any
@@ -126,14 +127,46 @@ async def _on_openai_http_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(status, message, param=named.group(1) if named else None, code=code)
 
 
+@functools.cache
+def engine_dead_types() -> tuple[type[BaseException], ...]:
+    """vLLM's "the engine died" exception (a server-side outage); imported once, when the app is built."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    return (EngineDeadError,)
+
+
+@functools.cache
+def tier_failure_types() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean a tier died or is restarting, not that the request was wrong."""
+    from ray.exceptions import RayActorError  # ActorDiedError and ActorUnavailableError derive from it
+
+    return (*engine_dead_types(), RayActorError)
+
+
+def raised_from(exc: BaseException, types: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an exception it wraps is one of ``types``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, types):
+            return True
+        seen.add(id(current))
+        # Ray re-raises a replica's exception as RayTaskError with the original as `cause`.
+        current = getattr(current, "cause", None) or current.__cause__ or current.__context__
+    return False
+
+
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-    if type(exc).__name__ == "OpenAIHTTPException":
+    from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
+    from vllm.exceptions import VLLMClientError
+
+    if isinstance(exc, OpenAIHTTPException):
         return await _on_openai_http_error(_, exc)
-    if any(cls.__name__ == "VLLMClientError" for cls in type(exc).__mro__):
+    if isinstance(exc, VLLMClientError):
         # vLLM's request validators raise these outside pydantic; vLLM itself classes them as 4xx.
         message = str(getattr(exc, "args", [exc])[0] if getattr(exc, "args", None) else exc)
         return error_response(400, message, param=getattr(exc, "parameter", None), code="invalid_parameter")
-    if "EngineDeadError" in type(exc).__name__ or "EngineDeadError" in repr(exc)[:200]:
+    if raised_from(exc, engine_dead_types()):
         # The tier's engine died (Ray restarts the replica): a server-side outage, retryable.
         log.error("event=engine_dead error=%r", repr(exc)[:300])
         return error_response(503, "The model tier is restarting; retry shortly.", code="tier_unavailable",
@@ -151,3 +184,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(OpenAIHTTPException, _on_openai_http_error)
     app.add_exception_handler(Exception, _on_unexpected)
+    engine_dead_types()  # import vLLM's exceptions now, not inside the first failing request

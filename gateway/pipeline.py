@@ -26,7 +26,7 @@ from gateway.canary import (
     candidate_model_id,
     open_release_metrics,
 )
-from gateway.errors import GatewayError, ModelNotFound, error_body
+from gateway.errors import GatewayError, ModelNotFound, error_body, raised_from, tier_failure_types
 from gateway.guardrails import (
     OutputGuard,
     Redactor,
@@ -79,11 +79,7 @@ class RequestContext:
 def _engine_failed(exc: BaseException) -> bool:
     """A tier that died or is restarting (not a client mistake): worth one retry on its upstream or the
     other tier."""
-    text = f"{type(exc).__name__} {exc!r}"[:500]
-    return any(
-        name in text
-        for name in ("EngineDeadError", "ActorDiedError", "ActorUnavailableError", "RayActorError")
-    )
+    return raised_from(exc, tier_failure_types())
 
 
 def _sticky_key(key: KeyRecord | None, request: Request) -> str:
@@ -151,6 +147,7 @@ class RequestPipeline:
         }
         # Local engines that failed recently, by model id: their tier's upstream answers until cooldown.
         self.breaker = CircuitBreaker()
+        tier_failure_types()  # import the engine's exception types now, not in the first failing request
 
     def public_ids(self) -> list[str]:
         return sorted(self.names)

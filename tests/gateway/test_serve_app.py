@@ -19,7 +19,7 @@ def test_invalid_args_name_the_field() -> None:
 
 
 def test_shipped_serve_config_points_at_this_builder() -> None:
-    config = yaml.safe_load((REPO / "infra" / "cluster" / "serve-config.yaml").read_text())
+    config = yaml.safe_load((REPO / "release" / "cluster" / "serve-config.yaml").read_text())
     application = config["applications"][0]
     module, _, name = application["import_path"].partition(":")
     assert (module, name) == ("gateway.serve_app", "app_builder")

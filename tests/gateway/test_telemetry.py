@@ -19,7 +19,7 @@ from gateway.errors import GatewayError
 from gateway.policy import TelemetryPolicy
 from gateway.telemetry import ERRORS, REDACTIONS, REQUESTS, ROUTING, TOKENS, TPOT, TTFT, GatewayTelemetry
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "tandem-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "release" / "grafana" / "tandem-dashboard.json"
 
 
 @pytest.fixture
