@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -84,7 +84,7 @@ class LowerLimit(_Strict):
 _LIMIT_MODELS: dict[LimitKind, type[BaseModel]] = {"upper": UpperLimit, "lower": LowerLimit}
 
 # One optional field per registered rollout metric (gateway.release_metrics.ROLLOUT_METRICS).
-_ThresholdFields: Any = create_model(
+_ThresholdFields: Any = create_model(  # type: ignore[call-overload]
     "_ThresholdFields",
     __base__=_Strict,
     **{
@@ -205,7 +205,7 @@ class _MetricsConfig(_Strict):
 
 
 # One Prometheus name per registered series (gateway.release_metrics.SERIES), defaulting to Ray's export.
-_SeriesNames: Any = create_model(
+_SeriesNames: Any = create_model(  # type: ignore[call-overload]
     "_SeriesNames",
     __base__=_MetricsConfig,
     **{
@@ -395,7 +395,7 @@ class _WindowMetrics(BaseModel):
         return self
 
 
-_WindowFields: Any = create_model(
+_WindowFields: Any = create_model(  # type: ignore[call-overload]
     "_WindowFields",
     __base__=_WindowMetrics,
     **{name: (float, 0.0) for name, series in SERIES.items() if series.kind == "counter"},
@@ -405,6 +405,9 @@ _WindowFields: Any = create_model(
 
 class WindowMetrics(_WindowFields):
     """One release's traffic over an analysis window: each counter series' delta, each rollout metric's value."""
+
+    if TYPE_CHECKING:  # the field the controller's step requirements read (fields come from the registry)
+        requests: float
 
 
 CheckStatus = Literal["pass", "fail", "no_data"]
@@ -476,7 +479,7 @@ def evaluate_analysis(
 
 
 # ---------------------------------------------------------------------------------------------- windows
-_CounterFields: Any = create_model(
+_CounterFields: Any = create_model(  # type: ignore[call-overload]
     "_CounterFields",
     **{
         name: (float, 0.0) if series.kind == "counter" else (Histogram, Field(default_factory=Histogram))
