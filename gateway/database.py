@@ -1,5 +1,6 @@
 """The SQL database behind API keys and rate-limit buckets: SQLite (a file) by default, PostgreSQL for a
-cluster. One connection per thread; statements use '?' markers and are translated for PostgreSQL."""
+cluster. One connection per thread; statements are built with the driver's own parameter marker
+(:attr:`Database.param`, from its DB-API ``paramstyle``), never rewritten afterwards."""
 
 from __future__ import annotations
 
@@ -14,15 +15,24 @@ from typing import Any, Literal, Protocol
 
 from infra.errors import ConfigError
 
+# DB-API paramstyle -> the positional marker of that style.
+_MARKERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
 
 class Database(ABC):
-    """A SQL database reached by URL, one connection per thread; statements are written with '?' markers.
+    """A SQL database reached by URL, one connection per thread; statements use :attr:`param` markers.
 
     ``transaction(write=True)`` serialises writers: SQLite takes the write lock up front (BEGIN
     IMMEDIATE), PostgreSQL relies on row locks taken by the statements inside.
     """
 
     dialect: Literal["sqlite", "postgresql"]
+    paramstyle: str  # the driver's DB-API paramstyle
+
+    @property
+    def param(self) -> str:
+        """The driver's positional parameter marker ("?" for sqlite3, "%s" for psycopg)."""
+        return _MARKERS[self.paramstyle]
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -66,6 +76,7 @@ class Cursor(Protocol):
 
 class SQLiteDatabase(Database):
     dialect = "sqlite"
+    paramstyle = sqlite3.paramstyle
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         super().__init__(f"sqlite:///{path}")
@@ -98,24 +109,9 @@ class SQLiteDatabase(Database):
             cursor.close()
 
 
-class _PostgresCursor:
-    """Adapts psycopg's '%s' parameters to the '?' markers the shared SQL uses."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cursor.execute(sql.replace("?", "%s"), tuple(params))
-
-    def fetchone(self) -> Any:
-        return self._cursor.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return list(self._cursor.fetchall())
-
-
 class PostgresDatabase(Database):
     dialect = "postgresql"
+    paramstyle = "pyformat"  # psycopg.paramstyle, without importing the driver for SQLite users
 
     def _connect(self) -> Any:
         import psycopg
@@ -127,7 +123,7 @@ class PostgresDatabase(Database):
         connection = self._connection()
         cursor = connection.cursor()
         try:
-            yield _PostgresCursor(cursor)
+            yield cursor
         except BaseException:
             connection.rollback()
             raise

@@ -148,7 +148,7 @@ def ensure_schema(database: Database) -> None:
     with database.transaction(write=True) as cursor:
         if database.dialect == "postgresql":
             # Concurrent replicas may create the tables at once; serialise on an advisory lock.
-            cursor.execute("SELECT pg_advisory_xact_lock(?)", (0x7A4D,))
+            cursor.execute(f"SELECT pg_advisory_xact_lock({database.param})", (0x7A4D,))
         for statement in _SCHEMA:
             cursor.execute(statement)
 
@@ -230,13 +230,14 @@ class SQLKeyStore:
                 raise ConfigError(f"key {label} must be at least 1, got {limit}")
         if expires_at is not None and expires_at.tzinfo is None:
             expires_at = expires_at.replace(tzinfo=UTC)
+        p = self.database.param
         with self.database.transaction(write=True) as cursor:
-            cursor.execute("SELECT 1 FROM tandem_api_keys WHERE name = ?", (name,))
+            cursor.execute(f"SELECT 1 FROM tandem_api_keys WHERE name = {p}", (name,))
             if cursor.fetchone() is not None:
                 raise KeyExists(f"a key named {name!r} already exists")
             plain = generate_key()
             cursor.execute(
-                f"INSERT INTO tandem_api_keys ({_COLUMNS}, key_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tandem_api_keys ({_COLUMNS}, key_hash) VALUES ({', '.join([p] * 11)})",
                 (
                     key_id_of(plain),
                     name,
@@ -256,9 +257,10 @@ class SQLKeyStore:
         return CreatedKey(key=plain, record=record)
 
     def get(self, key_id_or_name: str) -> KeyRecord:
+        p = self.database.param
         with self.database.transaction() as cursor:
             cursor.execute(
-                f"SELECT {_COLUMNS} FROM tandem_api_keys WHERE key_id = ? OR name = ?",
+                f"SELECT {_COLUMNS} FROM tandem_api_keys WHERE key_id = {p} OR name = {p}",
                 (key_id_or_name, key_id_or_name),
             )
             row = cursor.fetchone()
@@ -274,9 +276,10 @@ class SQLKeyStore:
         return records if include_revoked else [r for r in records if not r.revoked]
 
     def revoke(self, key_id_or_name: str) -> KeyRecord:
+        p = self.database.param
         with self.database.transaction(write=True) as cursor:
             cursor.execute(
-                "UPDATE tandem_api_keys SET revoked = 1 WHERE key_id = ? OR name = ?",
+                f"UPDATE tandem_api_keys SET revoked = 1 WHERE key_id = {p} OR name = {p}",
                 (key_id_or_name, key_id_or_name),
             )
         record = self.get(key_id_or_name)
@@ -286,7 +289,8 @@ class SQLKeyStore:
     def lookup(self, plain_key: str) -> KeyRecord | None:
         with self.database.transaction() as cursor:
             cursor.execute(
-                f"SELECT {_COLUMNS} FROM tandem_api_keys WHERE key_hash = ?", (hash_key(plain_key),)
+                f"SELECT {_COLUMNS} FROM tandem_api_keys WHERE key_hash = {self.database.param}",
+                (hash_key(plain_key),),
             )
             row = cursor.fetchone()
         return None if row is None else _record(row)

@@ -140,19 +140,20 @@ class RateLimiter:
 
     def _refilled(self, cursor: Cursor, key_id: str, kind: str, limit: int, now: float) -> float:
         """The bucket's level at ``now``, with its row locked for the rest of the transaction."""
+        p = self.database.param
         if self.database.dialect == "postgresql":
             cursor.execute(
-                "INSERT INTO tandem_rate_buckets (key_id, kind, level, updated_at) VALUES (?, ?, ?, ?) "
+                f"INSERT INTO tandem_rate_buckets (key_id, kind, level, updated_at) VALUES ({p}, {p}, {p}, {p}) "
                 "ON CONFLICT (key_id, kind) DO NOTHING",
                 (key_id, kind, float(limit), now),
             )
             cursor.execute(
-                "SELECT level, updated_at FROM tandem_rate_buckets WHERE key_id = ? AND kind = ? FOR UPDATE",
+                f"SELECT level, updated_at FROM tandem_rate_buckets WHERE key_id = {p} AND kind = {p} FOR UPDATE",
                 (key_id, kind),
             )
         else:
             cursor.execute(
-                "SELECT level, updated_at FROM tandem_rate_buckets WHERE key_id = ? AND kind = ?",
+                f"SELECT level, updated_at FROM tandem_rate_buckets WHERE key_id = {p} AND kind = {p}",
                 (key_id, kind),
             )
         row = cursor.fetchone()
@@ -164,8 +165,9 @@ class RateLimiter:
         return min(float(limit), level + elapsed * limit / 60.0)
 
     def _store(self, cursor: Cursor, key_id: str, kind: str, level: float, now: float) -> None:
+        p = self.database.param
         cursor.execute(
-            "INSERT INTO tandem_rate_buckets (key_id, kind, level, updated_at) VALUES (?, ?, ?, ?) "
+            f"INSERT INTO tandem_rate_buckets (key_id, kind, level, updated_at) VALUES ({p}, {p}, {p}, {p}) "
             "ON CONFLICT (key_id, kind) DO UPDATE SET level = excluded.level, updated_at = excluded.updated_at",
             (key_id, kind, level, now),
         )
