@@ -81,6 +81,9 @@ class ReleaseMetrics:
     """Every series of :data:`gateway.release_metrics.SERIES` the ingress emits, tagged by release and tier,
     recorded through Ray (exported as ``ray_<name>``)."""
 
+    # Kept beside telemetry.py's OTel request metrics on purpose: these count each engine attempt against its
+    # release (a dead candidate that fails over still shows its 5xx to the rollout), those each client request.
+
     def __init__(self) -> None:
         from ray.util.metrics import Counter, Histogram
 

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 INSTRUMENTATION = "tandem.gateway"
 
-# Metric names (OTel form); the dashboard uses their Prometheus translations.
+# Metric names (OTel form); the dashboard uses their Prometheus translations. Per client request; the
+# per-release, per-engine-attempt series the rollout analyses are gateway.release_metrics' (see canary.py).
 REQUESTS = "tandem.gateway.requests"
 ERRORS = "tandem.gateway.errors"
 TOKENS = "tandem.gateway.tokens"
