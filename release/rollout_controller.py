@@ -30,11 +30,11 @@ from gateway.traffic import RELEASES, ReleaseName, ReleaseSpec
 from infra.errors import ArtifactExists, RolloutError
 from infra.manifest import Lineage
 from infra.registry import Registry
+from release.gate_verdict import read_gate_verdict
 from release.rollout import (
     MetricsSnapshot,
     RolloutConfig,
     evaluate_analysis,
-    read_gate_verdict,
     window_metrics,
 )
 

@@ -13,6 +13,7 @@ import yaml
 from gateway.traffic import assign_release
 from infra.errors import ConfigError, RolloutError
 from infra.registry import FileRegistry
+from release.gate_verdict import parse_gate_report, read_gate_verdict
 from release.rollout import (
     AnalysisThresholds,
     GateRequirement,
@@ -20,8 +21,6 @@ from release.rollout import (
     WindowMetrics,
     evaluate_analysis,
     load_rollout_config,
-    parse_gate_report,
-    read_gate_verdict,
 )
 
 REPO = Path(__file__).resolve().parents[2]
