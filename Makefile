@@ -9,7 +9,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test test-e2e lint typecheck unit bench bench-distill bench-eval bench-gateway clean
+.PHONY: install system-deps serve test test-e2e lint typecheck unit bench bench-fast bench-eval bench-gateway clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -52,7 +52,7 @@ unit: install
 bench: install
 	$(VENV)/bin/tandem bench tiers
 
-bench-distill: install
+bench-fast: install
 	$(VENV)/bin/tandem bench fast
 
 bench-eval: install

@@ -128,7 +128,7 @@ def compare(
 
 
 def main() -> None:
-    from serving.bundled import prepare_bundled_model
+    from infra.bundled import prepare_bundled_model
 
     logging.basicConfig(level=logging.INFO)
     result = compare(prepare_bundled_model(), [0, 10, 19, 29])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -24,7 +23,8 @@ from distill.draft_init import (
 )
 from distill.prompts import load_prompts
 from distill.speculation import choose_num_speculative_tokens
-from distill.training import DraftDistiller, TrainingHistory, has_checkpoint, write_json
+from distill.training import DraftDistiller, TrainingHistory, has_checkpoint
+from infra.config import config_digest, write_json
 from infra.errors import ArtifactNotFound
 from infra.manifest import ArtifactManifest, Lineage, scan_directory
 from infra.registry import Registry, open_registry
@@ -39,7 +39,7 @@ def default_work_dir(config: DistillConfig) -> Path:
     import os
 
     home = Path(os.environ.get("TANDEM_HOME", "~/.cache/tandem")).expanduser()
-    digest = hashlib.sha256(json.dumps(config.config_digest(), sort_keys=True).encode()).hexdigest()[:10]
+    digest = config_digest(config, include=set(config.config_digest()))[:10]
     return home / "distill" / f"{config.teacher.replace('@', '-')}-{digest}"
 
 

@@ -24,7 +24,7 @@ from rich.table import Table
 from distill.api import distill_draft
 from distill.config import DistillConfig
 from distill.eagle3.config import Eagle3Config
-from infra.config import load_model_file
+from infra.config import load_config
 from infra.errors import ConfigError
 
 console = Console()
@@ -70,12 +70,7 @@ def _stage_progress() -> Iterator[Any]:
 
 
 def _settings(model: type[Any], config: Path | None, overrides: dict[str, Any]) -> Any:
-    base = load_model_file(config, model).model_dump() if config else {}
-    base.update({key: value for key, value in overrides.items() if value is not None})
-    try:
-        return model.model_validate(base)
-    except ValueError as exc:
-        raise ConfigError(f"invalid distill settings: {exc}") from exc
+    return load_config(model, config, overrides)
 
 
 def distill_command(

@@ -11,7 +11,6 @@ positions, bf16 autocast, frozen tied embeddings and no Trainer machinery. The l
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -189,10 +188,3 @@ class DraftDistiller:
 
 def has_checkpoint(directory: Path) -> bool:
     return (directory / CHECKPOINT_NAME).is_file()
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(data, indent=2))
-    os.replace(partial, path)

@@ -35,6 +35,7 @@ from distill.eagle3.training import (
 )
 from distill.errors import CheckpointError
 from distill.prompts import load_prompts
+from infra.config import write_json
 from infra.manifest import ArtifactManifest, Lineage, scan_directory
 from infra.registry import Registry, open_registry
 
@@ -64,12 +65,6 @@ def resolve_device(name: str) -> torch.device:
 def default_work_dir(config: Eagle3Config) -> Path:
     home = Path(os.environ.get("TANDEM_HOME", "~/.cache/tandem")).expanduser()
     return home / "distill" / f"eagle3-{config.teacher.replace('@', '-')}-{config.data_digest()}"
-
-
-def _write_json(path: Path, payload: Any) -> None:
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(payload, indent=2))
-    partial.replace(path)
 
 
 def speedup_by_k(per_position: list[float], cost_ratio: float) -> dict[int, float]:
@@ -131,7 +126,7 @@ def train_eagle3_head(
     work_dir = Path(config.work_dir or default_work_dir(config)).expanduser()
     data_dir = work_dir / "data"
     work_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(work_dir / "config.json", config.model_dump(mode="json"))
+    write_json(work_dir / "config.json", config.model_dump(mode="json"))
 
     # 1. Prompts and the target's greedy completions (vLLM batch inference, resumable shards).
     def gen_progress(job: str, done: int, total: int) -> None:
@@ -174,7 +169,7 @@ def train_eagle3_head(
         vocab, coverage = torch.tensor(saved["ids"], dtype=torch.long), float(saved["coverage"])
     else:
         vocab, coverage = choose_draft_vocab(rows, config.draft_vocab_size, int(target.config.vocab_size))
-        _write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
+        write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
     head = new_head(target.config, vocab, config.aux_layers)
     init_from_target(head, target)
     head.to(device)
@@ -228,7 +223,7 @@ def train_eagle3_head(
             head, embed, heldout_sequences, config.speculative_steps, autocast_dtype
         )
         evaluations.append({"step": trainer.state.step, **estimate.model_dump()})
-        _write_json(evaluations_path, evaluations)
+        write_json(evaluations_path, evaluations)
         return estimate
 
     if not evaluations:
@@ -285,7 +280,7 @@ def train_eagle3_head(
         "num_speculative_tokens": k,
         "parameters": sum(p.numel() for p in head.parameters()),
     }
-    _write_json(draft_dir / REPORT_NAME, summary)
+    write_json(draft_dir / REPORT_NAME, summary)
     metadata = {
         "method": "eagle3",
         "num_speculative_tokens": k,

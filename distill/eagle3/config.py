@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from infra.config import config_digest
 
 
 class Eagle3Config(BaseModel):
@@ -78,28 +78,18 @@ class Eagle3Config(BaseModel):
     publish: bool = Field(True, description="Publish the head to the registry when done.")
 
     def data_digest(self) -> str:
-        """What the generated data depends on: a different digest means a different data directory."""
-        fields = self.model_dump(
-            mode="json",
-            include={
-                "teacher",
-                "template_prompts",
-                "self_prompts",
-                "max_new_tokens",
-                "generation_dtype",
-                "seed",
-            },
-        )
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+        """What the generated data depends on: a different digest means a different data directory.
+
+        ``max_prompts`` is left out on purpose: a larger budget extends the same shards.
+        """
+        fields = {"teacher", "template_prompts", "self_prompts", "max_new_tokens", "generation_dtype", "seed"}
+        return config_digest(self, include=fields)[:10]
 
     def train_digest(self) -> str:
         """What a training checkpoint depends on; resuming with another digest is refused."""
-        fields = self.model_dump(
-            mode="json",
-            include={
-                "teacher", "template_prompts", "self_prompts", "max_prompts", "max_new_tokens", "max_seq_len",
-                "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
-                "learning_rate", "warmup_steps", "step_weight_decay", "seed",
-            },
-        )  # fmt: skip
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+        fields = {
+            "teacher", "template_prompts", "self_prompts", "max_prompts", "max_new_tokens", "max_seq_len",
+            "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
+            "learning_rate", "warmup_steps", "step_weight_decay", "seed",
+        }  # fmt: skip
+        return config_digest(self, include=fields)[:10]

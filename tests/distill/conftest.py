@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.bundled import prepare_bundled_model
 from infra.registry import FileRegistry
-from serving.bundled import prepare_bundled_model
 
 
 def build_tiny_llama(out_dir: Path, tokenizer_dir: Path, *, layers: int = 4, seed: int = 0) -> Path:

@@ -13,7 +13,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from serving.bundled import prepare_bundled_model
+    from infra.bundled import prepare_bundled_model
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_bundled_model())
     torch.manual_seed(0)
