@@ -100,8 +100,13 @@ class PosttrainStage(_Strict):
 
 
 class DistillStage(_Strict):
-    config: Path | None = Field(None, description="YAML DistillConfig (as `tandem distill --config`).")
-    settings: dict[str, Any] = Field(default_factory=dict, description="DistillConfig fields over `config`.")
+    method: Literal["eagle3", "layer-subset"] = Field(
+        "eagle3", description="The draft `tandem distill --method` trains (eagle3: the fast tier's default)."
+    )
+    config: Path | None = Field(
+        None, description="YAML Eagle3Config / DistillConfig (as `tandem distill --config`)."
+    )
+    settings: dict[str, Any] = Field(default_factory=dict, description="Config fields over `config`.")
 
 
 class EvalStage(_Strict):
@@ -285,19 +290,21 @@ def run_posttrain(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> Release
 
 @release_stage("distill")
 def run_distill(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseArtifacts:
-    """Distill the candidate's fast-tier draft, published as ``<candidate name>-draft@<release_id>``."""
-    from distill import DistillConfig, distill_draft
+    """Train the candidate's fast-tier draft, published as ``<candidate name>-eagle3@<release_id>`` (or
+    ``-draft@`` for a layer-subset draft)."""
+    from distill import DistillConfig, Eagle3Config, distill_draft, train_eagle3_head
 
     data = _settings(config.distill.config, config.distill.settings)
     data["teacher"] = _need(artifacts, "candidate", "distill")
     data.setdefault("registry_url", config.registry)
     data.setdefault("version", config.release_id)
     data.setdefault("work_dir", str(config.work_dir / "distill"))
+    model = Eagle3Config if config.distill.method == "eagle3" else DistillConfig
     try:
-        settings = DistillConfig.model_validate(data)
+        settings: Any = model.model_validate(data)
     except ValueError as exc:
         raise ConfigError(f"distill settings: {exc}") from exc
-    manifest = distill_draft(settings)
+    manifest = train_eagle3_head(settings) if config.distill.method == "eagle3" else distill_draft(settings)
     return ReleaseArtifacts(draft=manifest.ref)
 
 

@@ -58,7 +58,7 @@ def release_settings(tmp_path: Path) -> dict[str, Any]:
             "evaluate_before_after": False,
             "output": {"candidate_name": "tiny-candidate"},
         }},
-        "distill": {"settings": {
+        "distill": {"method": "layer-subset", "settings": {
             "keep_layers": [0], "steps": 2, "batch_size": 2, "max_new_tokens": 8, "max_prompt_tokens": 32,
             "divergence": "fkl", "eval_every": 2, "eval_prompts": 2, "eval_new_tokens": 8,
             "checkpoint_every": 2, "compute_dtype": "float32", "cost_ratio": 0.25, "threads": 1,
