@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from distill.eagle3.config import Eagle3Config
+from distill.eagle3.curves import CURVE_NAME, plot_head_training
 from distill.eagle3.generate import GenerationJob, GenerationSpec, generate
 from distill.eagle3.head import Eagle3Head
 from distill.eagle3.prompts import clean_user_turn, self_prompt_requests, training_prompts
@@ -281,6 +282,7 @@ def train_eagle3_head(
         "parameters": sum(p.numel() for p in head.parameters()),
     }
     write_json(draft_dir / REPORT_NAME, summary)
+    plot_head_training(trainer.state.history, evaluations, draft_dir / CURVE_NAME)
     metadata = {
         "method": "eagle3",
         "num_speculative_tokens": k,
