@@ -22,18 +22,18 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalsuite.errors import GeneratorError
-
-if TYPE_CHECKING:
-    from evalsuite.generators.base import Builder
-    from evalsuite.schema import TaskInstance, VerifierResult
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "tandem.families"
-Verifier = Callable[["TaskInstance", Any], "VerifierResult"]
+# The registry sits below evalsuite.schema (which validates family names against it), so it holds the
+# families' callables without naming schema's types: (TaskInstance, state) -> VerifierResult, and
+# (random.Random, Difficulty) -> Draft for a builder; each family's own module types them fully.
+Verifier = Callable[[Any, Any], Any]
+Builder = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class EvalFamily:
     """``"module:function"`` of the family's Inspect ``@task`` (imported only when a run needs it)."""
     system_prompt: str | None = field(default=None, repr=False)
     """The instruction the model is judged with; post-training trains with the same one."""
-    reference_answer: Callable[[TaskInstance], str] | None = field(default=None, repr=False)
+    reference_answer: Callable[[Any], str] | None = field(default=None, repr=False)
     """A completion text the verifier scores correct. Set only by families whose verifier takes the
     completion text: post-training trains those single-turn on the system prompt and these answers."""
 
@@ -73,7 +73,7 @@ def eval_family(
     builders: dict[str, Builder],
     task: str,
     system_prompt: str | None = None,
-    reference_answer: Callable[[TaskInstance], str] | None = None,
+    reference_answer: Callable[[Any], str] | None = None,
 ) -> Callable[[Verifier], Verifier]:
     """Decorator: register the decorated verifier as family ``name`` with its builders and task."""
     if not builders:

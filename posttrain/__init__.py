@@ -10,14 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from posttrain.algorithms import PosttrainAlgorithm, algorithm_names, get_algorithm, posttrain_algorithm
 from posttrain.config import (
-    DPORunConfig,
     EvalConfig,
     GuardConfig,
     OutputConfig,
     RewardConfig,
-    RLRunConfig,
     RunConfig,
-    SFTRunConfig,
     TaskPoolConfig,
     TrainConfig,
 )
@@ -34,6 +31,7 @@ from posttrain.formats import RolloutFormat, format_for, rollout_format
 from posttrain.pool import TaskPool
 from posttrain.rewards import VerifierReward, combine_reward
 from posttrain.run import CandidateResult
+from posttrain.stages import DPORunConfig, RLRunConfig, SFTRunConfig
 from posttrain.trace import RolloutRecord, TraceWriter, read_trace
 
 if TYPE_CHECKING:

@@ -4,10 +4,10 @@ A config class registers itself with :func:`posttrain_algorithm`, naming its tra
 ``"module:function"`` (imported only when a run starts, so listing algorithms loads no torch or trl)::
 
     @posttrain_algorithm("sft", trainer="posttrain.sft:posttrain_sft")
-    class SFTRunConfig(RunConfig): ...
+    class SupervisedRunConfig(RunConfig): ...
 
 ``tandem posttrain <name>``, ``posttrain.posttrain_<name>`` and the release pipeline's ``posttrain.method``
-all read this registry. The built-in algorithms are declared in :mod:`posttrain.config`; a third-party
+all read this registry. The built-in algorithms are declared in :mod:`posttrain.stages`; a third-party
 package adds one through an entry point in the ``tandem.posttrain_algorithms`` group naming the module
 that registers it.
 """
@@ -73,12 +73,13 @@ def posttrain_algorithm(name: str, *, trainer: str) -> Callable[[ConfigT], Confi
 
 
 def _discover() -> None:
-    """Import the built-in configs, then every ``tandem.posttrain_algorithms`` entry point, once."""
+    """Load every ``tandem.posttrain_algorithms`` entry point, once."""
     global _discovered
     if _discovered:
         return
     _discovered = True
-    importlib.import_module("posttrain.config")
+    # The built-in configs registered themselves already: the package's __init__ imports posttrain.stages
+    # before anyone can reach this module.
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             entry_point.load()

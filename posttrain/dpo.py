@@ -8,9 +8,9 @@ from typing import Any
 
 from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
-from posttrain.config import DPORunConfig
 from posttrain.formats import format_for
 from posttrain.run import CandidateResult
+from posttrain.stages import DPORunConfig
 from posttrain.trace import RolloutRecord
 from posttrain.verify import verify_batch
 

@@ -12,11 +12,11 @@ from typing import Any
 from evalsuite.generators.base import derive_seed
 from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
-from posttrain.config import RLRunConfig
 from posttrain.formats import format_for
 from posttrain.pool import PoolState
 from posttrain.rewards import VerifierReward
 from posttrain.run import CandidateResult
+from posttrain.stages import RLRunConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
-from posttrain.config import SFTRunConfig
 from posttrain.formats import format_for
 from posttrain.run import CandidateResult
+from posttrain.stages import SFTRunConfig
 from posttrain.trace import RolloutRecord
 
 log = logging.getLogger(__name__)

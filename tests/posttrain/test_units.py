@@ -150,7 +150,7 @@ def test_spike_detector_and_canary() -> None:
 
 def test_cli_config_errors_name_the_field(tmp_path: Path) -> None:
     from posttrain.cli import build_config
-    from posttrain.config import RLRunConfig
+    from posttrain.stages import RLRunConfig
 
     config = build_config(RLRunConfig, None, "m@v", "documents,terminal", {"train": {"max_steps": 3}})
     assert config.pool.families == ["documents", "terminal"] and config.train.max_steps == 3

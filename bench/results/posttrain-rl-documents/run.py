@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from posttrain.config import RLRunConfig
+from posttrain.stages import RLRunConfig
 from posttrain.rl import posttrain_rl
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from posttrain.config import SFTRunConfig
+from posttrain.stages import SFTRunConfig
 from posttrain.sft import posttrain_sft
 
 if __name__ == "__main__":

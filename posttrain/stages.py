@@ -1,0 +1,46 @@
+"""The built-in algorithms' run configs, each registered with its trainer (:func:`posttrain_algorithm`).
+
+Kept apart from :mod:`posttrain.config` so the registry can name ``RunConfig`` without an import cycle.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from posttrain.algorithms import posttrain_algorithm
+from posttrain.config import RewardConfig, RunConfig
+
+
+@posttrain_algorithm("sft", trainer="posttrain.sft:posttrain_sft")
+class SFTRunConfig(RunConfig):
+    """Supervised fine-tuning on generator-made demonstrations of the train split."""
+
+
+@posttrain_algorithm("rl", trainer="posttrain.rl:posttrain_rl")
+class RLRunConfig(RunConfig):
+    """GRPO with verifier rewards (TRL GRPOTrainer)."""
+
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    num_generations: int = Field(default=4, ge=2, description="Completions per prompt (one GRPO group).")
+    max_completion_length: int = Field(default=48, ge=1, description="Token budget of one completion.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of rollouts.")
+    top_k: int | None = Field(
+        default=None, ge=1, description="Sample among the k likeliest tokens; None = all."
+    )
+    beta: float = Field(default=0.0, ge=0.0, description="KL coefficient against the reference policy.")
+
+
+@posttrain_algorithm("dpo", trainer="posttrain.dpo:posttrain_dpo")
+class DPORunConfig(RunConfig):
+    """DPO on verifier-labelled pairs of sampled rollouts (chosen correct, rejected wrong, same prompt)."""
+
+    samples_per_prompt: int = Field(
+        default=4, ge=2, description="Rollouts sampled per prompt to find a pair."
+    )
+    max_completion_length: int = Field(default=48, ge=1, description="Token budget of one sampled rollout.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of rollouts.")
+    beta: float = Field(default=0.1, gt=0.0, description="DPO temperature.")
+    use_reference_demos: bool = Field(
+        default=True,
+        description="When no sampled rollout is correct, use the generator's demonstration as chosen.",
+    )
