@@ -64,9 +64,9 @@ class FastBenchConfig(BaseModel):
     untrained: bool = Field(True, description="Also time an untrained head of the same shape (true c).")
     ngram: bool = Field(True, description="Also time vLLM n-gram prompt lookup.")
     variants: list[str] = Field(
-        default_factory=lambda: ["iomp", "default"],
-        description="Engine tuning variants measured for the standard tier; the fastest is the baseline "
-        "and the fast tier runs with it. 'iomp' preloads Intel OpenMP (vLLM CPU's advice).",
+        default_factory=lambda: ["iomp", "default", "iomp-compiled", "iomp-1core"],
+        description="Engine tuning variants measured for the standard tier (see VARIANTS); the fastest at "
+        "one stream is the baseline and the fast tier runs with it.",
     )
     dtype: str = Field("float32", description="Both tiers' dtype (float32: greedy identity is exact).")
     max_num_seqs: int = 32
@@ -82,15 +82,34 @@ def iomp_library() -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def variant_env(variant: str) -> dict[str, str]:
-    if variant == "iomp":
+#: Engine tuning variants: name -> (what it changes, environment, engine arguments).
+VARIANTS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
+    "default": ("eager, OpenMP as torch ships it, threads bound by vLLM", {}, {}),
+    "iomp": ("Intel OpenMP preloaded (vLLM CPU's advice)", {"LD_PRELOAD": "iomp"}, {}),
+    "iomp-compiled": (
+        "Intel OpenMP + torch.compile (enforce_eager off)",
+        {"LD_PRELOAD": "iomp"},
+        {"enforce_eager": False},
+    ),
+    "iomp-1core": (
+        "Intel OpenMP + the model on core 0 only, leaving core 1 to the engine's scheduler process",
+        {"LD_PRELOAD": "iomp", "VLLM_CPU_OMP_THREADS_BIND": "0"},
+        {},
+    ),
+}
+
+
+def variant_settings(variant: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The environment and engine arguments of a tuning variant."""
+    if variant not in VARIANTS:
+        raise FastBenchError(f"unknown tuning variant {variant!r}: expected one of {', '.join(VARIANTS)}")
+    _, env, engine = VARIANTS[variant]
+    if env.get("LD_PRELOAD") == "iomp":
         library = iomp_library()
         if library is None:
-            raise FastBenchError("variant 'iomp': libiomp5.so not found under the environment's lib/")
-        return {"LD_PRELOAD": str(library)}
-    if variant == "default":
-        return {}
-    raise FastBenchError(f"unknown tuning variant {variant!r}: expected 'iomp' or 'default'")
+            raise FastBenchError(f"variant {variant!r}: libiomp5.so not found under the environment's lib/")
+        env = {**env, "LD_PRELOAD": str(library)}
+    return env, engine
 
 
 def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
@@ -218,14 +237,16 @@ def run_fast_bench(
 
     for variant in config.variants:
         say(f"standard engine ({variant})")
+        variant_env, variant_engine = variant_settings(variant)
         runs[f"standard[{variant}]"] = _run_engine(
-            {**base, "engine": engine, "phases": phases},
+            {**base, "engine": {**engine, **variant_engine}, "phases": phases},
             f"standard-{variant}",
-            variant_env(variant),
+            variant_env,
             config.engine_timeout_s,
         )
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
-    env = variant_env(best_variant)
+    env, best_engine = variant_settings(best_variant)
+    engine = {**engine, **best_engine}
     eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}
     say(f"fast engine (eagle3, k={k}, {best_variant})")
     runs["fast"] = _run_engine(
@@ -311,6 +332,7 @@ def run_fast_bench(
             "num_speculative_tokens": k,
             "max_tokens": config.max_tokens,
             "tuning_variant": best_variant,
+            "tuning_variants": {name: VARIANTS[name][0] for name in config.variants},
             "memory_bandwidth_gbps": round(bandwidth, 1),
             "bandwidth_bound_tpot_ms": round(bound_ms, 2),
             "standard_tpot_over_bound": round(summary["standard"]["1"]["tpot_p50_ms"] / bound_ms, 3),
@@ -342,6 +364,7 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
             for name, run in runs.items()
             if name.startswith("standard[")
         },
+        "engine_start_s": {name: round(run["engine_start_s"], 1) for name, run in runs.items()},
         "standard": {p: _phase_summary(v) for p, v in standard.items()},
         "fast": {p: _phase_summary(v) for p, v in fast.items()},
     }

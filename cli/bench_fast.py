@@ -31,8 +31,8 @@ def fast_bench_command(
         str, typer.Option(help="k values of the oracle ceiling (comma-separated; empty skips it).")
     ] = "3,5",
     variants: Annotated[
-        str, typer.Option(help="Engine tuning variants for the standard tier: iomp, default.")
-    ] = "iomp,default",
+        str, typer.Option(help="Engine tuning variants for the standard tier (bench.fast.VARIANTS).")
+    ] = "iomp,default,iomp-compiled,iomp-1core",
     untrained: Annotated[
         bool, typer.Option(help="Time an untrained head of the same shape (true c).")
     ] = True,
