@@ -6,7 +6,6 @@ import json
 import logging
 import shutil
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,12 @@ from distill.draft_init import (
     spread_layers,
 )
 from distill.prompts import load_prompts
+from distill.publish import publish_draft
 from distill.speculation import choose_num_speculative_tokens
 from distill.training import DraftDistiller, TrainingHistory, has_checkpoint
 from infra.config import config_digest, write_json
 from infra.errors import ArtifactNotFound
-from infra.manifest import ArtifactManifest, Lineage, scan_directory
+from infra.manifest import ArtifactManifest
 from infra.registry import Registry, open_registry
 
 log = logging.getLogger(__name__)
@@ -250,14 +250,6 @@ def distill_draft(
         "teacher": teacher_manifest.ref,
         "curve": CURVE_NAME,
     }
-    name = config.name or f"{teacher_manifest.name}-draft"
-    version = config.version or datetime.now(UTC).strftime("v%Y%m%d-%H%M%S")
-    lineage = Lineage(
-        parents=[teacher_manifest.ref],
-        produced_by="tandem distill",
-        config=config.model_dump(mode="json"),
-        metrics={k: v for k, v in metadata.items() if isinstance(v, int | float)},
-    )
     log.info(
         "event=distill_done teacher=%s acceptance_before=%.4f acceptance_after=%.4f cost_ratio=%.3f k=%d",
         teacher_manifest.ref,
@@ -266,16 +258,18 @@ def distill_draft(
         cost_ratio,
         choice.num_speculative_tokens,
     )
-    if not config.publish:
-        return ArtifactManifest(
-            name=name,
-            version=version,
-            kind="draft",
-            files=scan_directory(draft_dir),
-            lineage=lineage,
-            metadata=metadata,
-        )
-    return registry.publish(draft_dir, name, version, kind="draft", lineage=lineage, metadata=metadata)
+    return publish_draft(
+        registry,
+        draft_dir,
+        teacher=teacher_manifest,
+        config=config,
+        name=config.name,
+        version=config.version,
+        suffix="-draft",
+        produced_by="tandem distill",
+        metadata=metadata,
+        publish=config.publish,
+    )
 
 
 def latest_draft_for(registry: Registry, teacher_ref: str) -> ArtifactManifest | None:

@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,9 @@ from distill.eagle3.training import (
 )
 from distill.errors import CheckpointError
 from distill.prompts import load_prompts
+from distill.publish import publish_draft
 from infra.config import write_json
-from infra.manifest import ArtifactManifest, Lineage, scan_directory
+from infra.manifest import ArtifactManifest
 from infra.registry import Registry, open_registry
 
 log = logging.getLogger(__name__)
@@ -297,14 +297,6 @@ def train_eagle3_head(
         "train_completion_tokens": train_tokens,
         "teacher": teacher_manifest.ref,
     }
-    name = config.name or f"{teacher_manifest.name}-eagle3"
-    version = config.version or datetime.now(UTC).strftime("v%Y%m%d-%H%M%S")
-    lineage = Lineage(
-        parents=[teacher_manifest.ref],
-        produced_by="tandem distill --method eagle3",
-        config=config.model_dump(mode="json"),
-        metrics={key: value for key, value in metadata.items() if isinstance(value, int | float)},
-    )
     log.info(
         "event=eagle3_done teacher=%s mean_accepted=%.3f acceptance_rate=%.3f cost=%.3f k=%d",
         teacher_manifest.ref,
@@ -313,13 +305,15 @@ def train_eagle3_head(
         cost,
         k,
     )
-    if not config.publish:
-        return ArtifactManifest(
-            name=name,
-            version=version,
-            kind="draft",
-            files=scan_directory(draft_dir),
-            lineage=lineage,
-            metadata=metadata,
-        )
-    return registry.publish(draft_dir, name, version, kind="draft", lineage=lineage, metadata=metadata)
+    return publish_draft(
+        registry,
+        draft_dir,
+        teacher=teacher_manifest,
+        config=config,
+        name=config.name,
+        version=config.version,
+        suffix="-eagle3",
+        produced_by="tandem distill --method eagle3",
+        metadata=metadata,
+        publish=config.publish,
+    )
