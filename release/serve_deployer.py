@@ -213,9 +213,9 @@ class ServeDeployer:
             if not line.startswith("{"):
                 log.info("event=candidate_apps_output line=%r", line[:300])
 
-    def replicas(self, app_name: str | None = None) -> dict[str, list[dict[str, Any]]]:
-        """Every deployment of the application (default: the gateway's) -> its replicas (``replica_id``,
-        ``actor_id``, ``pid``, ``state``)."""
+    def application(self, app_name: str | None = None) -> dict[str, Any]:
+        """Serve's details of one application (default: the gateway's): ``last_deployed_time_s``, ``status``,
+        ``deployments`` with their replicas."""
         app_name = app_name or self.options.app_name
         try:
             details = self._serve().get_serve_details()
@@ -228,6 +228,12 @@ class ServeDeployer:
         application = details.get("applications", {}).get(app_name)
         if application is None:
             raise RolloutError(f"no Serve application {app_name!r} at {self.options.dashboard_url}")
+        return dict(application)
+
+    def replicas(self, app_name: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Every deployment of the application (default: the gateway's) -> its replicas (``replica_id``,
+        ``actor_id``, ``pid``, ``state``)."""
+        application = self.application(app_name)
         return {name: d.get("replicas", []) for name, d in application["deployments"].items()}
 
     def _serve(self) -> Any:

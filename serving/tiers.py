@@ -110,6 +110,13 @@ class TierConfig(BaseModel):
         description="CPUs for the engine in its placement-group bundle; Serve LLM adds the replica actor's 1 "
         "CPU, so a replica reserves num_cpus + 1 on one node.",
     )
+    health_check_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds Serve waits for a replica's health check before replacing the replica (Serve's "
+        "default is 10). A CPU engine on a saturated node can answer late, and a missed check restarts the "
+        "engine with its requests in flight.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TierConfig:
@@ -307,7 +314,10 @@ def to_llm_config(resolved: ResolvedTier) -> Any:
         return LLMConfig(
             model_loading_config={"model_id": tier.model_id, "model_source": str(resolved.model_path)},
             engine_kwargs=engine_kwargs(resolved),
-            deployment_config={"num_replicas": tier.replicas},
+            deployment_config={
+                "num_replicas": tier.replicas,
+                "health_check_timeout_s": tier.health_check_timeout_s,
+            },
             placement_group_config={"bundles": [bundle] * tier.engine.tensor_parallel_size},
             log_engine_metrics=True,
             runtime_env={"env_vars": engine_env(tier.engine)},

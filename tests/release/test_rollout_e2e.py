@@ -270,7 +270,11 @@ def _drive(
     ``candidate_app``: the late candidate's own Serve application (default: the gateway's slot)."""
     controller = open_controller(config, work / "state", registry=registry)
     assert isinstance(controller.deployer, ServeDeployer)
-    seen: dict[str, Any] = {"before": _replica_ids(controller.deployer, STABLE_DEPLOYMENT), "timeline": []}
+    seen: dict[str, Any] = {
+        "before": _replica_ids(controller.deployer, STABLE_DEPLOYMENT),
+        "deployed_before": controller.deployer.application()["last_deployed_time_s"],
+        "timeline": [],
+    }
     started = time.monotonic()
     while True:
         state = controller.tick()
@@ -279,6 +283,7 @@ def _drive(
         )
         if "after_deploy" not in seen and state.phase is RolloutPhase.RUNNING:
             seen["after_deploy"] = _replica_ids(controller.deployer, STABLE_DEPLOYMENT, wait_s=30)
+            seen["deployed_after"] = controller.deployer.application()["last_deployed_time_s"]
             seen["candidate_replicas"] = _replica_ids(
                 controller.deployer, CANDIDATE_DEPLOYMENT, wait_s=30, app=candidate_app
             )
@@ -291,6 +296,17 @@ def _drive(
     }
     audit = [json.loads(line) for line in controller.audit_path.read_text().splitlines()]
     return state, seen | {"audit": audit}
+
+
+def _check_gateway_left_alone(seen: dict[str, Any]) -> None:
+    """Deploying the candidate did not redeploy the gateway's application (Serve's record of its last deploy is
+    unchanged), and its stable tier kept a running replica. Which actor that replica is can change on its own:
+    a CI run once saw Serve replace the stable replica while the candidate's engine started on the same 2
+    busy cores (a missed health check), with the application itself untouched."""
+    assert seen["before"] and seen["after_deploy"], seen
+    assert seen["deployed_after"] == seen["deployed_before"], "the gateway's application was redeployed"
+    if seen["after_deploy"] != seen["before"]:
+        print("stable replica replaced during the deploy (application not redeployed):", seen)
 
 
 def _check_load(load: LoadResult) -> None:
@@ -334,8 +350,8 @@ def test_good_late_candidate_is_promoted_under_streaming_load(
             time.sleep(3)  # requests after the promotion, at weight 100
     print("good rollout timeline:", seen["timeline"])
     assert state.phase is RolloutPhase.PROMOTED, state.reason
-    # Deploying the candidate's application left the gateway's own alone: the stable replica is the same actor.
-    assert seen["before"] and seen["after_deploy"] == seen["before"]
+    # Deploying the candidate's application left the gateway's own alone.
+    _check_gateway_left_alone(seen)
     assert len(seen["candidate_replicas"]) == 1
     assert seen["end"] == {STABLE_DEPLOYMENT: 0, CANDIDATE_DEPLOYMENT: 1}
     decisions = [record["decision"] for record in seen["audit"]]
@@ -375,7 +391,7 @@ def test_slow_candidate_is_rolled_back_automatically(
                 [(c["metric"], c["candidate"], c["stable"], c["status"]) for c in record["checks"]],
             )
     assert state.phase is RolloutPhase.ROLLED_BACK, state.reason
-    assert seen["before"] and seen["after_deploy"] == seen["before"]
+    _check_gateway_left_alone(seen)
     assert seen["end"] == {STABLE_DEPLOYMENT: 1, CANDIDATE_DEPLOYMENT: 0}
     rollback = next(record for record in seen["audit"] if record["decision"] == "rollback")
     assert "time_per_output_token_seconds max_ratio" in rollback["reason"]
