@@ -19,8 +19,10 @@ bench_app = typer.Typer(
 
 def _register_package_benches() -> None:
     from cli.bench_fast import fast_bench_command
+    from cli.bench_posttrain import posttrain_bench_command
 
     bench_app.command("fast")(fast_bench_command)
+    bench_app.command("posttrain")(posttrain_bench_command)
 
 
 _register_package_benches()

@@ -4,6 +4,7 @@ transformers and trl load inside the commands."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from infra.config import load_config
@@ -46,6 +48,23 @@ Resume = Annotated[
 Budget = Annotated[
     float | None,
     typer.Option(help="Training time budget in seconds, counted across resumes; stops with a checkpoint."),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="rl: Ray cluster to join (default: RAY_ADDRESS, else a local Ray started for the run)."
+    ),
+]
+Engines = Annotated[int | None, typer.Option(min=1, help="rl: vLLM rollout engines (Ray actors).")]
+Learners = Annotated[int | None, typer.Option(min=1, help="rl: Ray Train learner workers (DDP ranks).")]
+Staleness = Annotated[
+    int | None,
+    typer.Option(
+        min=0, help="rl: policy versions rollouts may lag (0 synchronous, 1 overlaps sampling and training)."
+    ),
+]
+SingleProcess = Annotated[
+    bool, typer.Option("--single-process", help="rl: TRL's GRPOTrainer in this process instead of Ray.")
 ]
 
 
@@ -84,13 +103,49 @@ def run_stage(
     tasks: str,
     path: Path | None,
     resume: bool,
-    overrides: dict[str, dict[str, Any]],
+    overrides: dict[str, Any],
+    single_process: bool = False,
 ) -> None:
     """Build the algorithm's config from the file and the flags, train, and print what came out."""
     registered = get_algorithm(algorithm)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if ("ray" in overrides or single_process) and "ray" not in registered.config.model_fields:
+        raise typer.BadParameter(
+            f"{algorithm} runs in one process: --ray-address/--engines/--learners/--max-staleness/"
+            "--single-process apply to rl"
+        )
     run = build_config(registered.config, path, base, tasks, overrides)
-    _report(registered.train(run, resume=resume))
+    if single_process:
+        run = run.model_copy(update={"ray": None})
+    if (
+        "on_progress" not in inspect.signature(registered.train).parameters
+        or getattr(run, "ray", None) is None
+    ):
+        _report(registered.train(run, resume=resume))
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[detail]}"),
+        console=console,
+    ) as progress:
+        task = progress.add_task(
+            f"posttrain {algorithm} on Ray", total=run.train.max_steps, detail="starting"
+        )
+
+        def on_progress(row: dict[str, Any]) -> None:
+            health = row.get("health", {})
+            detail = (
+                f"reward {row.get('reward', float('nan')):.3f}  staleness {row.get('staleness', 0):.0f}  "
+                f"engines {len(health.get('engines', [])) or row.get('engines', 0)}  "
+                f"retries {health.get('retries', 0)}  quarantined {health.get('quarantined', 0)}"
+            )
+            progress.update(task, completed=int(row["step"]), detail=detail)
+
+        result = registered.train(run, resume=resume, on_progress=on_progress)
+    _report(result)
 
 
 def _report(result: Any) -> None:
@@ -121,9 +176,23 @@ def _command(algorithm: PosttrainAlgorithm) -> Callable[..., None]:
         version: Version = None,
         resume: Resume = True,
         time_budget: Budget = None,
+        ray_address: RayAddress = None,
+        engines: Engines = None,
+        learners: Learners = None,
+        max_staleness: Staleness = None,
+        single_process: SingleProcess = False,
     ) -> None:
-        overrides = _overrides(steps, lr, lora, work_dir, registry, name, version, time_budget)
-        run_stage(algorithm.name, base, tasks, config, resume, overrides)
+        overrides: dict[str, Any] = _overrides(
+            steps, lr, lora, work_dir, registry, name, version, time_budget
+        )
+        if any(v is not None for v in (ray_address, engines, learners, max_staleness)):
+            overrides["ray"] = {
+                "address": ray_address,
+                "engines": engines,
+                "learner": {"workers": learners},
+                "max_staleness": max_staleness,
+            }
+        run_stage(algorithm.name, base, tasks, config, resume, overrides, single_process)
 
     command.__doc__ = algorithm.summary
     return command

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from evalsuite.schema import VerifierResult
 from posttrain.config import RewardConfig
 from posttrain.pool import TaskPool
 from posttrain.trace import RolloutRecord, TraceWriter
@@ -69,23 +70,37 @@ class VerifierReward:
         if instance_id is None:
             raise ValueError("the GRPO dataset must carry an 'instance_id' column")
         version = int(getattr(trainer_state, "global_step", 0))
-        rewards: list[float | None] = []
-        outcomes: list[bool] = []
         instances = [self.pool.instance(ident) for ident in instance_id]
         texts = [completion_text(completion) for completion in completions]
+        lengths = [len(ids) for ids in completion_ids] if completion_ids else [len(t.split()) for t in texts]
         verdicts = verify_batch(instances, texts, self.config.verify)
-        for index, (prompt, text, ident, instance, (result, protocol)) in enumerate(
-            zip(prompts, texts, instance_id, instances, verdicts, strict=True)
+        return list(self.grade(prompts, texts, instance_id, lengths, [version] * len(texts), verdicts))
+
+    def grade(
+        self,
+        prompts: list[Any],
+        texts: list[str],
+        instance_ids: list[str],
+        lengths: list[int],
+        versions: list[int],
+        verdicts: list[tuple[VerifierResult, float]],
+    ) -> list[float]:
+        """Rewards of whole groups (``num_generations`` consecutive completions per prompt) from their verdicts;
+        each rollout is traced with the policy version that sampled it, each group graded in the pool."""
+        rewards: list[float] = []
+        outcomes: list[bool] = []
+        for index, (prompt, text, ident, (result, protocol)) in enumerate(
+            zip(prompts, texts, instance_ids, verdicts, strict=True)
         ):
-            length = len(completion_ids[index]) if completion_ids else len(text.split())
-            fraction = length / self.max_completion_length
+            instance = self.pool.instance(ident)
+            fraction = lengths[index] / self.max_completion_length
             reward = combine_reward(self.config, result.correct, result.score, protocol, fraction)
             rewards.append(reward)
             outcomes.append(result.correct)
             self.trace.write(
                 RolloutRecord(
                     stage="rl",
-                    policy_version=version,
+                    policy_version=versions[index],
                     instance_id=ident,
                     family=instance.family,
                     difficulty=instance.difficulty,
@@ -108,6 +123,6 @@ class VerifierReward:
                 group = outcomes[-self.num_generations :]
                 if not self.pool.record_group(ident, group):
                     self.trace.event(
-                        "rl", version, type="group_dropped", instance_id=ident, all_correct=all(group)
+                        "rl", versions[index], type="group_dropped", instance_id=ident, all_correct=all(group)
                     )
         return rewards

@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from evalsuite.generators.base import derive_seed
 from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
+from posttrain.errors import PosttrainError
 from posttrain.formats import format_for
 from posttrain.pool import PoolState
 from posttrain.rewards import VerifierReward
@@ -36,8 +37,18 @@ def posttrain_rl(
     resume: bool = True,
     instances: list[TaskInstance] | None = None,
     extra_callbacks: list[Any] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> CandidateResult:
-    """GRPO from ``config.base`` on the train pool; publish the candidate with lineage and trace."""
+    """GRPO from ``config.base`` on the train pool; publish the candidate with lineage and trace.
+
+    With ``config.ray`` set (the default) the run goes through :mod:`posttrain.distributed` (``on_progress``
+    receives each learner step); with ``ray: null``, through TRL's GRPOTrainer in this process."""
+    if config.ray is not None:
+        if extra_callbacks:
+            raise PosttrainError("extra_callbacks are TRL trainer callbacks: set `ray: null` to use them")
+        from posttrain.distributed.rl import posttrain_rl_ray
+
+        return posttrain_rl_ray(config, resume, instances, on_progress)
     from datasets import IterableDataset
     from trl import GRPOConfig, GRPOTrainer
 

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from posttrain.algorithms import posttrain_algorithm
 from posttrain.config import RewardConfig, RunConfig
+from posttrain.distributed.config import RayConfig
 
 
 @posttrain_algorithm("sft", trainer="posttrain.sft:posttrain_sft")
@@ -18,7 +19,8 @@ class SFTRunConfig(RunConfig):
 
 @posttrain_algorithm("rl", trainer="posttrain.rl:posttrain_rl")
 class RLRunConfig(RunConfig):
-    """GRPO with verifier rewards (TRL GRPOTrainer)."""
+    """GRPO with verifier rewards: on Ray (vLLM rollout engines, a scheduler, a Ray Train learner), or in one
+    process with TRL's GRPOTrainer when ``ray`` is null."""
 
     reward: RewardConfig = Field(default_factory=RewardConfig)
     num_generations: int = Field(default=4, ge=2, description="Completions per prompt (one GRPO group).")
@@ -28,6 +30,11 @@ class RLRunConfig(RunConfig):
         default=None, ge=1, description="Sample among the k likeliest tokens; None = all."
     )
     beta: float = Field(default=0.0, ge=0.0, description="KL coefficient against the reference policy.")
+    ray: RayConfig | None = Field(
+        default_factory=RayConfig,
+        description="Run on Ray: vLLM rollout engines, the scheduler, a Ray Train learner, asynchronous "
+        "rollout. null runs TRL's GRPOTrainer in this process (rollouts from HF generate).",
+    )
 
 
 @posttrain_algorithm("dpo", trainer="posttrain.dpo:posttrain_dpo")

@@ -51,6 +51,15 @@ class TraceWriter:
             handle.write(record.model_dump_json() + "\n")
         self.count += 1
 
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` records (a resumed run redoes the steps after its checkpoint)."""
+        if self.count <= count:
+            return
+        with self.path.open() as handle:
+            kept = [line for _, line in zip(range(count), handle, strict=False)]
+        self.path.write_text("".join(kept))
+        self.count = count
+
     def event(self, stage: str, policy_version: int, **event: Any) -> None:
         self.write(RolloutRecord(kind="event", stage=stage, policy_version=policy_version, event=event))
 

@@ -250,9 +250,9 @@ def cuda_available() -> bool:
     return Path("/dev/nvidia0").exists() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
 
 
-def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
-    """vLLM engine arguments for a resolved tier."""
-    engine = resolved.config.engine
+def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
+    """vLLM engine arguments of an :class:`EngineConfig` alone, without ``extra`` (the caller applies it last):
+    shared by the served tiers and post-training's rollout engines."""
     kwargs: dict[str, Any] = {
         "dtype": engine.dtype,
         "max_model_len": engine.max_model_len,
@@ -266,6 +266,13 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
         # Frontend arguments: Ray Serve LLM routes these to vLLM's OpenAI layer, not the engine.
         kwargs["enable_auto_tool_choice"] = True
         kwargs["tool_call_parser"] = engine.tool_call_parser
+    return kwargs
+
+
+def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
+    """vLLM engine arguments for a resolved tier."""
+    engine = resolved.config.engine
+    kwargs = base_engine_kwargs(engine)
     if resolved.speculative_method == "ngram":
         spec = resolved.config.speculative
         assert spec is not None

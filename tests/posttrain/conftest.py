@@ -40,3 +40,11 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def registry_url(tmp_path: Path) -> str:
     return f"file://{tmp_path / 'registry'}"
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Llama that vLLM's CPU kernels accept (head_dim 64), with the bundled tokenizer."""
+    from bench.tiny_model import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("vllm-tiny") / "model")

@@ -97,6 +97,7 @@ def test_grpo_reward_rises_on_a_trivial_verifiable_task(
         reward={"length_penalty": 0.0},
         evaluate_before_after=False,
         output={"work_dir": str(tmp_path / "rl"), "registry": f"file://{tmp_path / 'registry'}"},
+        ray=None,  # TRL's GRPOTrainer in this process (tests/posttrain/test_distributed_rl.py runs the Ray path)
     )
     result = posttrain_rl(config, instances=[instance])
     before, after = target_probability(tiny_model_dir), target_probability(Path(result.model_dir))
