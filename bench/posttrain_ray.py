@@ -39,7 +39,8 @@ class PosttrainBenchConfig(BaseModel):
     prompts: int = Field(8, ge=1, description="Prompts of the rollout phase.")
     num_generations: int = Field(4, ge=2, description="Samples per prompt (one GRPO group).")
     max_tokens: int = Field(64, ge=8, description="Tokens per sample, EOS ignored.")
-    max_prompt_tokens: int = Field(768, ge=64, description="Prompts longer than this are skipped.")
+    max_prompt_tokens: int = Field(512, ge=64, description="Prompts longer than this are skipped.")
+    learner_sequences: int = Field(16, ge=2, description="Rollouts in one learner step (the first ones).")
     learner_steps: int = Field(3, ge=2, description="Learner steps per rank count (the first is warm-up).")
     grpo_steps: int = Field(4, ge=3, description="GRPO steps per synchronous / asynchronous run.")
     grpo_batch: int = Field(2, ge=1, description="Prompts per GRPO step.")
@@ -221,6 +222,7 @@ def _learner_steps(
     from posttrain.distributed.learner import LearnerConfig, LearnerSpec, StepChannel, learner_loop
 
     steps = config.learner_steps
+    sequences = sequences[: config.learner_sequences]
     sequences = sequences[: len(sequences) - len(sequences) % workers]
     tokens = sum(len(s["completion_ids"]) for s in sequences)
     channel: Any = ray.remote(num_cpus=0)(StepChannel).options(max_concurrency=16).remote(workers)
@@ -308,8 +310,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
         f"| rollout tok/s, HF generate (same prompts) | {rollout['hf_generate']['tokens_per_s']:.1f} |",
         f"| rollout speedup vLLM / HF | **{rollout['speedup']:.2f}x** |",
         f"| vLLM engine start | {rollout['vllm']['engine_start_s']:.1f} s |",
-        f"| learner step, 1 DDP rank | {learner['ranks_1']['median_step_s']:.2f} s |",
-        f"| learner step, 2 DDP ranks | {learner['ranks_2']['median_step_s']:.2f} s |",
+        f"| learner step ({learner['ranks_1']['sequences']} rollouts), 1 DDP rank | "
+        f"{learner['ranks_1']['median_step_s']:.2f} s |",
+        f"| learner step ({learner['ranks_2']['sequences']} rollouts), 2 DDP ranks | "
+        f"{learner['ranks_2']['median_step_s']:.2f} s |",
         f"| learner speedup 2 / 1 ranks | {learner['speedup_2_over_1']:.2f}x |",
         f"| GRPO step, synchronous (max_staleness 0) | {grpo['staleness_0']['median_step_s']:.2f} s |",
         f"| GRPO step, asynchronous (max_staleness 1) | {grpo['staleness_1']['median_step_s']:.2f} s |",

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from posttrain.errors import PosttrainError
-from serving.tiers import EngineConfig, base_engine_kwargs, intel_openmp_library
+from serving.tiers import EngineConfig, base_engine_kwargs, cuda_available, intel_openmp_library
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,10 @@ class RolloutEngine:
             "logprobs_mode": "processed_logprobs",
             "disable_log_stats": True,
         }
+        if not cuda_available():
+            # vLLM 0.32 on CPU kills the engine when a seeded request's prefill is chunked ("CPU Generator does
+            # not use offset", gpu_model_runner._bookkeeping_sync), and every rollout is seeded: prefill whole.
+            kwargs |= {"enable_chunked_prefill": False, "max_num_batched_tokens": engine.max_model_len}
         kwargs.update(engine.extra)
         started = time.monotonic()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=self.model_dir, **kwargs))
