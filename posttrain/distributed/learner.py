@@ -305,7 +305,7 @@ def learner_loop(loop_config: dict[str, Any]) -> None:
                 weights_dir / f"policy-{version}.safetensors",
             )
             checkpoint = None
-            if version % spec.save_steps == 0 or version == spec.max_steps:
+            if version % spec.save_steps == 0 or version == spec.max_steps or shard.get("final"):
                 checkpoint = Path(spec.run_dir) / f"checkpoint-{version}"
                 checkpoint.mkdir(parents=True, exist_ok=True)
                 module.save_pretrained(checkpoint, state_dict=state)
@@ -317,6 +317,9 @@ def learner_loop(loop_config: dict[str, Any]) -> None:
             ray.get(channel.publish.remote(version, info | {"stats": stats_out}))
         if world > 1:
             dist.barrier()  # rank 0's files are complete before any rank moves on
+        if shard.get("final"):  # the driver's time budget is spent: this step was the run's last
+            log.info("event=learner_final rank=%d step=%d", rank, version)
+            return
 
 
 def _engine_copy(module: Any, state: dict[str, Any], strategy: str) -> Any:

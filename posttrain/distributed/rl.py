@@ -36,7 +36,7 @@ from posttrain.distributed.learner import OPTIMIZER_NAME, LearnerSpec, StepChann
 from posttrain.distributed.scheduler import Job, Scheduler
 from posttrain.errors import PosttrainError, RewardHackingDetected, TrainingDiverged
 from posttrain.formats import format_for
-from posttrain.guards import GuardState, new_guard_state
+from posttrain.guards import GuardState, TrainingClock, new_guard_state
 from posttrain.pool import PoolState
 from posttrain.rewards import VerifierReward
 from posttrain.run import CandidateResult
@@ -126,6 +126,8 @@ class RayGRPO:
         self.weights_dir = _weights_dir(self.context.run_dir)
         self.quarantined = 0
         self.replay = 0
+        self.clock = TrainingClock()
+        self.final_step: int | None = None  # set once the time budget is spent
 
     # ------------------------------------------------------------------ events
     def _scheduler_event(self, event: dict[str, Any]) -> None:
@@ -364,6 +366,7 @@ class RayGRPO:
                 guards=self.guards.model_dump(),
                 trace_records=trace_records,
                 history=self.history[:version],
+                train_seconds=self.clock.spent(),
             ),
         )
         log.info("event=checkpoint_sealed step=%d path=%s", version, checkpoint)
@@ -374,20 +377,31 @@ class RayGRPO:
 
         channel, thread, errors = self._learner(start_step, start_dir, optimizer_state)
         max_steps, staleness = self.config.train.max_steps, self.ray_config.max_staleness
+        budget = self.config.train.time_budget_s
         produced, version = start_step, start_step
         snapshots: dict[int, tuple[dict[str, Any], int]] = {}
         pending: dict[str, Any] = {}
         try:
-            while version < max_steps:
+            while version < (self.final_step or max_steps):
                 if pending and version > self.engine_version:
                     self._push(pending["weights"], version)
-                while produced < max_steps and produced - self.engine_version <= staleness:
+                while (
+                    produced < (self.final_step or max_steps) and produced - self.engine_version <= staleness
+                ):
                     snapshots[produced] = (self.context.pool.state.model_dump(), self.context.trace.count)
                     shards = self.produce(produced)
                     if shards is None:
                         raise PosttrainError(
                             f"step {produced}: every rollout group failed (see the trace's group_lost events)"
                         )
+                    if budget is not None and self.final_step is None and self.clock.spent() > budget:
+                        # The learner ends (with a checkpoint) after this step; nothing is sampled past it.
+                        self.final_step = produced + 1
+                        shards = [shard | {"final": True} for shard in shards]
+                        log.info(
+                            "event=time_budget_spent step=%d spent_s=%.0f", produced + 1, self.clock.spent()
+                        )
+                        self.context.trace.event("rl", produced + 1, type="time_budget_spent")
                     ray.get(channel.put.remote(produced, shards))
                     self.batches[produced] = dict(self._batch)
                     produced += 1
@@ -464,7 +478,10 @@ class RayGRPO:
             self.guards = GuardState.model_validate(saved.guards)
             self.history = list(saved.history)
             context.trace.truncate(saved.trace_records)
-            log.info("event=resume checkpoint=%s step=%d", checkpoint, saved.step)
+            self.clock = TrainingClock(saved.train_seconds)  # the budget counts across resumes
+            log.info(
+                "event=resume checkpoint=%s step=%d spent_s=%.0f", checkpoint, saved.step, self.clock.spent()
+            )
         self.engine_version = start_step
         self._start_engines(start_dir)
         try:
@@ -497,7 +514,7 @@ class RayGRPO:
                 )
         finally:
             self._stop_engines()
-        final = context.run_dir / f"checkpoint-{config.train.max_steps}"
+        final = context.run_dir / f"checkpoint-{self.final_step or config.train.max_steps}"
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(final)
@@ -518,6 +535,8 @@ class RayGRPO:
             "jobs_quarantined": self.quarantined,
             "tiers": dict(context.pool.state.tiers),
             "rollouts_traced": context.trace.count,
+            "train_seconds": round(self.clock.spent(), 1),
+            "time_budget_spent": self.final_step is not None,
             **before_after(before, after),
         }
         shutil.rmtree(self.weights_dir, ignore_errors=True)

@@ -275,3 +275,23 @@ def test_a_sigkilled_driver_resumes_from_its_checkpoint(vllm_tiny_dir: Path, tmp
         for r in records
         if r.kind == "event" and r.event and r.event["type"] == "learner_step"
     ] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_spent_time_budget_ends_the_run_with_a_checkpoint(
+    vllm_tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None
+) -> None:
+    """With the budget spent before the first step is sampled, that step is the last: the learner trains it,
+    writes checkpoint-1 and the run publishes it, nothing sampled past it."""
+    from posttrain.rl import posttrain_rl
+
+    (instance,) = letter_instances(1)
+    monkeypatch.setitem(_FORMATS, "documents", LetterFormat())
+    config = _config(vllm_tiny_dir, tmp_path / "rl", max_staleness=1)
+    config = config.model_copy(update={"train": config.train.model_copy(update={"time_budget_s": 1e-3})})
+    result = posttrain_rl(config, instances=[instance])
+    assert result.metrics["steps"] == 1 and result.metrics["time_budget_spent"] is True
+    run = Path(result.run_dir)
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
+    records = read_trace(run)
+    assert len([r for r in records if r.kind == "rollout"]) == 8
+    assert any(r.event and r.event["type"] == "time_budget_spent" for r in records if r.kind == "event")
