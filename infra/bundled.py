@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infra.errors import IntegrityError, TandemError
+from infra.errors import ArtifactExists, IntegrityError, TandemError
 from infra.manifest import MANIFEST_NAME, ArtifactManifest, Lineage, scan_directory
 from infra.registry import Registry, verify_directory
 
@@ -31,6 +31,11 @@ BUNDLED_NAME = "smollm2-135m-instruct"
 BUNDLED_VERSION = "base"
 BUNDLED_REF = f"{BUNDLED_NAME}@{BUNDLED_VERSION}"
 CHAT_TEMPLATE = Path(__file__).parent / "templates" / "chatml-tools.jinja"
+# Drafts trained for the bundled model and shipped with the code, one directory per '<name>@<version>'
+# holding the draft's files and a DRAFT_SPEC (its registry metadata and lineage), so that a fresh clone's
+# fast tier speculates with a trained head rather than n-gram lookup.
+BUNDLED_DRAFTS = Path(__file__).parent / "bundled_drafts"
+DRAFT_SPEC = "draft.json"
 # Recorded in the manifest; a cached copy prepared with another template is re-prepared.
 CHAT_TEMPLATE_NAME = "chatml-tools-1"
 
@@ -133,7 +138,45 @@ def prepare_bundled_model(
 
 
 def publish_bundled_model(registry: Registry, *, dtype: str = "bfloat16") -> ArtifactManifest:
-    """Prepare the bundled model and make sure it is in ``registry`` as ``smollm2-135m-instruct@base``."""
+    """Prepare the bundled model and make sure it is in ``registry`` as ``smollm2-135m-instruct@base``,
+    with the drafts shipped for it."""
+    manifest = _publish_bundled_weights(registry, dtype=dtype)
+    publish_bundled_drafts(registry)
+    return manifest
+
+
+def publish_bundled_drafts(registry: Registry, root: Path = BUNDLED_DRAFTS) -> list[ArtifactManifest]:
+    """Publish each draft shipped under ``root`` that ``registry`` does not hold yet (kind=draft, lineage
+    back to the bundled model); versions are immutable, so a published one is left as it is."""
+    published = []
+    for directory in sorted(root.glob("*@*")):
+        spec_path = directory / DRAFT_SPEC
+        if not spec_path.is_file():
+            continue
+        name, version = directory.name.split("@", 1)
+        if registry.exists(directory.name):
+            continue
+        spec = json.loads(spec_path.read_text())
+        metadata = spec["metadata"]
+        lineage = Lineage(
+            parents=[BUNDLED_REF],
+            produced_by=spec.get("produced_by", "tandem distill"),
+            config=spec.get("config", {}),
+            metrics={
+                k: v for k, v in metadata.items() if isinstance(v, int | float) and not isinstance(v, bool)
+            },
+        )
+        log.info("event=bundled_draft_publish ref=%s", directory.name)
+        try:
+            published.append(
+                registry.publish(directory, name, version, kind="draft", lineage=lineage, metadata=metadata)
+            )
+        except ArtifactExists:  # another process published it first: the same files
+            continue
+    return published
+
+
+def _publish_bundled_weights(registry: Registry, *, dtype: str) -> ArtifactManifest:
     if registry.exists(BUNDLED_REF):
         manifest = registry.manifest(BUNDLED_REF)
         if manifest.metadata.get("chat_template") != CHAT_TEMPLATE_NAME:

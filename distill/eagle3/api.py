@@ -32,6 +32,7 @@ from distill.eagle3.training import (
     estimate_acceptance,
     init_from_target,
     new_head,
+    teacher_head_rows,
 )
 from distill.errors import CheckpointError
 from distill.prompts import load_prompts
@@ -198,6 +199,9 @@ def train_eagle3_head(
     embed = target.get_input_embeddings()
 
     # 4. Training (checkpointed; the time budget counts across resumes).
+    soft = config.soft_labels and all(e.final is not None for e in train_sequences)
+    if config.soft_labels and not soft:
+        log.warning("event=eagle3_hard_labels reason='feature store has no last hidden states: re-extract'")
     trainer = HeadTrainer(
         head,
         embed,
@@ -210,6 +214,7 @@ def train_eagle3_head(
         step_weight_decay=config.step_weight_decay,
         seed=config.seed,
         autocast_dtype=autocast_dtype,
+        teacher_head=teacher_head_rows(head, target) if soft else None,
     )
     run_dir = work_dir / f"train-{config.train_digest()}"
     if trainer.load(run_dir):
@@ -271,6 +276,7 @@ def train_eagle3_head(
         "optimizer_steps": trainer.state.step,
         "epochs_done": round(trainer.state.step / max(1, trainer.per_epoch), 3),
         "train_seconds": round(trainer.state.train_seconds, 1),
+        "labels": "soft (target distribution over the draft vocabulary)" if soft else "hard (greedy token)",
         "acceptance": final.model_dump(),
         "evaluations": evaluations,
         "cost_ratio": round(cost, 4),

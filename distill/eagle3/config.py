@@ -58,6 +58,11 @@ class Eagle3Config(BaseModel):
     step_weight_decay: float = Field(
         0.8, gt=0.0, le=1.0, description="Loss weight of draft step j is decay**j (EAGLE-3's recipe)."
     )
+    soft_labels: bool = Field(
+        True,
+        description="Train against the target's next-token distribution over the draft vocabulary "
+        "(EAGLE-3's loss) rather than the one-hot greedy token.",
+    )
     compute_dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="Autocast dtype for feature extraction and training."
     )
@@ -90,6 +95,6 @@ class Eagle3Config(BaseModel):
         fields = {
             "teacher", "template_prompts", "self_prompts", "max_prompts", "max_new_tokens", "max_seq_len",
             "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
-            "learning_rate", "warmup_steps", "step_weight_decay", "seed",
+            "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels",
         }  # fmt: skip
         return config_digest(self, include=fields)[:10]

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from pydantic import BaseModel, Field
@@ -51,8 +51,22 @@ def choose_draft_vocab(
     return torch.tensor(sorted(common[:size]), dtype=torch.long), covered
 
 
+class Example(NamedTuple):
+    """One stored training sequence.
+
+    ``final`` is the target's last (normed) hidden state per position, from which the target's own
+    next-token distribution is recomputed for soft-label training; None in stores written without it.
+    """
+
+    ids: torch.Tensor
+    features: torch.Tensor
+    prompt_len: int
+    final: torch.Tensor | None = None
+
+
 class FeatureStore:
-    """Target residual streams at the head's aux layers, cached on disk in shards (resumable)."""
+    """Target residual streams at the head's aux layers (plus its last hidden state), cached on disk in
+    shards (resumable)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -81,7 +95,7 @@ class FeatureStore:
             if self.shard(index).is_file():
                 continue
             chunk = rows[index * shard_rows : (index + 1) * shard_rows]
-            ids_list, feats_list, prompt_lens = [], [], []
+            ids_list, feats_list, finals_list, prompt_lens = [], [], [], []
             for start in range(0, len(chunk), 8):
                 batch = chunk[start : start + 8]
                 seqs = [(r["prompt_ids"] + r["output_ids"])[:max_len] for r in batch]
@@ -104,6 +118,7 @@ class FeatureStore:
                 for i, s in enumerate(seqs):
                     ids_list.append(torch.tensor(s, dtype=torch.int32))
                     feats_list.append(stacked[i, : len(s)].to(torch.bfloat16).cpu())
+                    finals_list.append(out.last_hidden_state[i, : len(s)].to(torch.bfloat16).cpu())
                     prompt_lens.append(min(len(batch[i]["prompt_ids"]), len(s)))
             lengths = torch.tensor([len(t) for t in ids_list], dtype=torch.int64)
             partial = self.shard(index).with_suffix(".partial")
@@ -111,6 +126,7 @@ class FeatureStore:
                 {
                     "input_ids": torch.cat(ids_list),
                     "features": torch.cat(feats_list),
+                    "final": torch.cat(finals_list),
                     "lengths": lengths,
                     "prompt_lengths": torch.tensor(prompt_lens, dtype=torch.int64),
                 },
@@ -120,15 +136,23 @@ class FeatureStore:
         if progress:
             progress(shards, shards)
 
-    def load(self) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-        """Every stored sequence as (token ids, features, prompt length)."""
+    def load(self) -> list[Example]:
+        """Every stored sequence."""
         sequences = []
         for path in sorted(self.directory.glob("features-*.safetensors")):
             data = load_file(str(path))
             offsets = [0, *torch.cumsum(data["lengths"], 0).tolist()]
+            final = data.get("final")
             for i, prompt_len in enumerate(data["prompt_lengths"].tolist()):
                 a, b = offsets[i], offsets[i + 1]
-                sequences.append((data["input_ids"][a:b].long(), data["features"][a:b], prompt_len))
+                sequences.append(
+                    Example(
+                        data["input_ids"][a:b].long(),
+                        data["features"][a:b],
+                        prompt_len,
+                        None if final is None else final[a:b],
+                    )
+                )
         return sequences
 
 
@@ -144,6 +168,13 @@ def init_from_target(head: Eagle3Head, target: Any) -> None:
         head.fc.weight[:, -hidden:] = torch.eye(hidden)
 
 
+def teacher_head_rows(head: Eagle3Head, target: Any) -> torch.Tensor:
+    """The target's LM-head rows of the head's draft vocabulary ([V_draft, H]): soft labels come from it."""
+    targets = head.d2t + torch.arange(len(head.d2t), device=head.d2t.device)
+    weight = target.get_output_embeddings().weight
+    return weight.detach().float()[targets.to(weight.device)].to(head.fc.weight.device)
+
+
 class Batch(BaseModel):
     model_config = {"arbitrary_types_allowed": True}
 
@@ -153,26 +184,49 @@ class Batch(BaseModel):
     loss_from: torch.Tensor = Field(
         description="Per row: the prompt length; labels before it are not trained on."
     )
+    final: torch.Tensor | None = Field(
+        None, description="[B, T, H] target last hidden states, when every row has them (soft labels)."
+    )
 
 
-def make_batch(items: Sequence[tuple[torch.Tensor, torch.Tensor, int]], steps: int) -> Batch:
-    width = max(len(ids) for ids, _, _ in items)
-    feat_dim = items[0][1].shape[-1]
-    features = torch.zeros(len(items), width, feat_dim, dtype=torch.bfloat16)
-    input_ids = torch.zeros(len(items), width + steps, dtype=torch.long)
-    mask = torch.zeros(len(items), width, dtype=torch.long)
-    for i, (ids, feats, _) in enumerate(items):
-        features[i, : len(ids)] = feats
-        input_ids[i, : len(ids)] = ids
-        mask[i, : len(ids)] = 1
-    loss_from = torch.tensor([prompt_len for _, _, prompt_len in items])
-    return Batch(features=features, input_ids=input_ids, mask=mask, loss_from=loss_from)
+def make_batch(items: Sequence[tuple[Any, ...]], steps: int) -> Batch:
+    examples = [Example(*item) for item in items]
+    width = max(len(e.ids) for e in examples)
+    feat_dim = examples[0].features.shape[-1]
+    features = torch.zeros(len(examples), width, feat_dim, dtype=torch.bfloat16)
+    input_ids = torch.zeros(len(examples), width + steps, dtype=torch.long)
+    mask = torch.zeros(len(examples), width, dtype=torch.long)
+    with_final = all(e.final is not None for e in examples)
+    final = (
+        torch.zeros(len(examples), width, examples[0].final.shape[-1], dtype=torch.bfloat16)
+        if (with_final and examples[0].final is not None)
+        else None
+    )
+    for i, e in enumerate(examples):
+        features[i, : len(e.ids)] = e.features
+        input_ids[i, : len(e.ids)] = e.ids
+        mask[i, : len(e.ids)] = 1
+        if final is not None and e.final is not None:
+            final[i, : len(e.ids)] = e.final
+    loss_from = torch.tensor([e.prompt_len for e in examples])
+    return Batch(features=features, input_ids=input_ids, mask=mask, loss_from=loss_from, final=final)
 
 
 def step_losses(
-    head: Eagle3Head, embed: torch.nn.Embedding, batch: Batch, steps: int, t2d: torch.Tensor
+    head: Eagle3Head,
+    embed: torch.nn.Embedding,
+    batch: Batch,
+    steps: int,
+    t2d: torch.Tensor,
+    teacher_head: torch.Tensor | None = None,
 ) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Per draft step: mean cross-entropy on completion labels, and (correct, valid) masks for acceptance."""
+    """Per draft step: mean loss on completion labels, and (correct, valid) masks for acceptance.
+
+    With ``teacher_head`` (the target's LM-head rows of the draft vocabulary, [V_draft, H]) and stored last
+    hidden states, the loss is EAGLE-3's: cross-entropy against the target's own next-token distribution
+    over the draft vocabulary (whose argmax is the greedy label), which carries more per token than the
+    one-hot label. Without them it is cross-entropy on the greedy token.
+    """
     device = head.fc.weight.device
     features = batch.features.to(device).float()
     ids = batch.input_ids.to(device)
@@ -180,6 +234,9 @@ def step_losses(
     b, t = mask.shape
     with torch.no_grad():
         embeds = embed(ids[:, 1 : t + steps]).float()
+        teacher_logprobs = None
+        if teacher_head is not None and batch.final is not None:
+            teacher_logprobs = torch.log_softmax(batch.final.to(device).float() @ teacher_head.T, dim=-1)
     hidden = head(features, embeds, mask, steps)
     positions = torch.arange(t, device=device).unsqueeze(0).expand(b, t)
     lengths = mask.sum(1, keepdim=True)
@@ -192,8 +249,17 @@ def step_losses(
         trainable = valid & (draft_labels >= 0)
         # The LM head (most of the head's FLOPs) runs only where a completion label exists.
         logits = head.logits(step_hidden[valid]).float()
-        loss = torch.nn.functional.cross_entropy(logits, draft_labels[valid].clamp(min=0), reduction="none")
-        losses.append((loss * trainable[valid]).sum() / trainable.sum().clamp(min=1))
+        if teacher_logprobs is not None:
+            # The target's distribution over token t+j+2 is read at position t+j+1.
+            rows, cols = valid.nonzero(as_tuple=True)
+            soft = teacher_logprobs[rows, cols + j + 1].exp()
+            loss = -(soft * torch.log_softmax(logits, dim=-1)).sum(-1)
+            losses.append(loss.sum() / valid.sum().clamp(min=1))
+        else:
+            loss = torch.nn.functional.cross_entropy(
+                logits, draft_labels[valid].clamp(min=0), reduction="none"
+            )
+            losses.append((loss * trainable[valid]).sum() / trainable.sum().clamp(min=1))
         correct = torch.zeros_like(valid)
         correct[valid] = head.draft_to_target(logits.argmax(-1)) == labels[valid]
         checks.append((correct, valid))
@@ -227,7 +293,7 @@ def chain_acceptance(checks: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[l
 def estimate_acceptance(
     head: Eagle3Head,
     embed: torch.nn.Embedding,
-    sequences: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
+    sequences: Sequence[Example],
     steps: int,
     autocast_dtype: torch.dtype | None,
 ) -> AcceptanceEstimate:
@@ -269,9 +335,7 @@ class TrainState(BaseModel):
     history: list[dict[str, float]] = Field(default_factory=list)
 
 
-def token_batches(
-    sequences: Sequence[tuple[torch.Tensor, torch.Tensor, int]], tokens_per_batch: int, seed: int
-) -> list[list[int]]:
+def token_batches(sequences: Sequence[Example], tokens_per_batch: int, seed: int) -> list[list[int]]:
     """Index batches of similar-length sequences up to ``tokens_per_batch`` padded tokens, seeded order."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
     batches: list[list[int]] = []
@@ -295,7 +359,7 @@ class HeadTrainer:
         self,
         head: Eagle3Head,
         embed: torch.nn.Embedding,
-        sequences: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
+        sequences: Sequence[Example],
         *,
         steps_ahead: int,
         epochs: int,
@@ -305,8 +369,10 @@ class HeadTrainer:
         step_weight_decay: float,
         seed: int,
         autocast_dtype: torch.dtype | None,
+        teacher_head: torch.Tensor | None = None,
     ) -> None:
         self.head, self.embed, self.sequences = head, embed, sequences
+        self.teacher_head = teacher_head
         self.steps_ahead, self.epochs, self.seed = steps_ahead, epochs, seed
         self.autocast_dtype = autocast_dtype
         self.tokens_per_batch = tokens_per_batch
@@ -334,7 +400,9 @@ class HeadTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = self._lr(self.state.step)
         with _autocast(self.head, self.autocast_dtype):
-            losses, checks = step_losses(self.head, self.embed, batch, self.steps_ahead, self.t2d)
+            losses, checks = step_losses(
+                self.head, self.embed, batch, self.steps_ahead, self.t2d, self.teacher_head
+            )
         loss = torch.stack([w * part for w, part in zip(self.weights, losses, strict=True)]).sum() / sum(
             self.weights
         )

@@ -98,6 +98,47 @@ def test_vllm_checkpoint_roundtrip(tmp_path: Path) -> None:
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
 
+def test_bundled_head_is_shipped_in_bfloat16_and_republished_as_it_was(tmp_path: Path) -> None:
+    """distill.eagle3.bundle copies a registry head into the repo; a fresh registry gets the same ref,
+    metadata and lineage back from it (infra.bundled.publish_bundled_drafts)."""
+    from distill.eagle3.bundle import bundle_draft
+    from infra.bundled import BUNDLED_REF, DRAFT_SPEC, publish_bundled_drafts
+    from infra.errors import TandemError
+    from infra.manifest import Lineage
+
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape())
+    head.set_vocab(torch.arange(0, 128, 2))
+    head.save_vllm(tmp_path / "head")
+    source = FileRegistry(tmp_path / "source")
+    metadata = {"method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": 1.4}
+    lineage = Lineage(
+        parents=[BUNDLED_REF], produced_by="tandem distill --method eagle3", config={"epochs": 3}
+    )
+    source.publish(tmp_path / "head", "tiny-eagle3", "r1", kind="draft", lineage=lineage, metadata=metadata)
+    source.publish(tmp_path / "head", "other-eagle3", "r1", kind="draft", lineage=Lineage(parents=["x@y"]))
+
+    shipped = bundle_draft(source, "tiny-eagle3@r1", out_root=tmp_path / "drafts")
+    assert shipped == tmp_path / "drafts" / "tiny-eagle3@r1"
+    from safetensors.torch import load_file
+
+    weights = load_file(str(shipped / "model.safetensors"))
+    assert weights["fc.weight"].dtype == torch.bfloat16 and weights["d2t"].dtype == head.d2t.dtype
+    assert torch.equal(weights["d2t"], head.d2t)
+    assert json.loads((shipped / DRAFT_SPEC).read_text())["metadata"] == metadata
+    with pytest.raises(TandemError, match="not a draft of"):
+        bundle_draft(source, "other-eagle3@r1", out_root=tmp_path / "drafts")
+
+    fresh = FileRegistry(tmp_path / "fresh")
+    [manifest] = publish_bundled_drafts(fresh, root=tmp_path / "drafts")
+    assert publish_bundled_drafts(fresh, root=tmp_path / "drafts") == []  # already there: left as it is
+    assert manifest.ref == "tiny-eagle3@r1" and manifest.kind == "draft"
+    assert manifest.metadata == metadata
+    assert manifest.lineage.parents == [BUNDLED_REF] and manifest.lineage.config == {"epochs": 3}
+    assert manifest.lineage.metrics == {"num_speculative_tokens": 3, "expected_speedup": 1.4}
+    assert is_eagle3_dir(fresh.fetch(manifest.ref))
+
+
 def test_acceptance_counts_chains_not_tokens() -> None:
     """Draft token j counts only when tokens 1..j were all right, as vLLM's verifier accepts them."""
     valid = torch.tensor([[True, True, True, True]])
@@ -122,6 +163,29 @@ def test_step_losses_train_only_completion_labels() -> None:
     # Prompt of 10 tokens, 12 in all: step 1 (label t+2) has labels at positions 10, 11 only -> t = 8, 9.
     assert checks[0][1].nonzero()[:, 1].tolist() == [8, 9]
     assert checks[2][1].nonzero()[:, 1].tolist() == [6, 7]  # step 3: label t+4
+
+
+def test_soft_labels_are_the_targets_next_token_distribution() -> None:
+    """Step j at base t learns the target's distribution read at position t+j+1 (the one that predicts
+    token t+j+2), over the draft vocabulary only."""
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape(draft_vocab_size=50, target_vocab_size=1000))
+    head.set_vocab(torch.arange(0, 1000, 20))
+    embed = torch.nn.Embedding(1000, 128)
+    teacher = torch.randn(50, 128)
+    ids = torch.randint(0, 1000, (12,))
+    final = torch.randn(12, 128)
+    batch = make_batch([(ids, torch.randn(12, 3 * 128), 6, final)], 2)
+    losses, checks = step_losses(head, embed, batch, 2, head.target_to_draft(), teacher)
+    with torch.no_grad():
+        normed = head(batch.features.float(), embed(batch.input_ids[:, 1:14]).float(), batch.mask, 2)
+    for j in range(2):
+        rows = checks[j][1][0].nonzero()[:, 0]
+        soft = torch.softmax(batch.final[0, rows + j + 1].float() @ teacher.T, -1)
+        expected = -(soft * torch.log_softmax(head.logits(normed[j][0, rows]), -1)).sum(-1).mean()
+        assert torch.allclose(losses[j], expected, atol=1e-4)
+    hard, _ = step_losses(head, embed, batch, 2, head.target_to_draft())  # no teacher: one-hot labels
+    assert not torch.allclose(hard[0], losses[0])
 
 
 def _tiny_target(out_dir: Path, tokenizer_dir: Path) -> Path:
