@@ -9,7 +9,7 @@ EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install system-deps serve test test-e2e lint typecheck unit bench bench-fast bench-eval bench-gateway clean
+.PHONY: install system-deps serve test test-e2e lint typecheck unit bench bench-fast bench-eval bench-gateway clean chaos
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -45,6 +45,10 @@ test: install lint typecheck
 # Only the end-to-end rollouts (two real tandem serve runs on the bundled model, ~11 min; also in `make test`).
 test-e2e: install
 	$(VENV)/bin/pytest -q -ra -m rollout_e2e
+
+# Fault injection (issue 17): stop signals, SIGKILLed publishes; the quick scenarios also run in `make test`.
+chaos: install
+	$(VENV)/bin/pytest -q -ra -m chaos
 
 unit: install
 	$(VENV)/bin/pytest -q -m "not integration"

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from bench.tiers import _percentile
+from infra.lifecycle import init_ray
 
 
 async def _load(url: str, model: str, requests: int, concurrency: int) -> dict[str, Any]:
@@ -190,7 +191,7 @@ def run_gateway_overhead_bench(
         engine=EngineConfig(max_model_len=256, gpu_memory_utilization=0.05, max_num_seqs=128),
     )
     resolved = [resolve_tier(tier, FileRegistry(work / "registry"))]
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    init_ray(num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_serving_app(resolved), name="bare", route_prefix="/bare")

@@ -16,6 +16,7 @@ import httpx
 
 from bench.tiers import _percentile
 from infra.errors import TandemError
+from infra.lifecycle import init_ray
 
 MODELS = ("standard", "fast", "auto")
 
@@ -25,7 +26,7 @@ def kill_fast_replica(app_name: str = "tandem", ray_address: str = "auto") -> st
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=ray_address, log_to_driver=False)
+        init_ray(address=ray_address, log_to_driver=False)
     for actor in ray.util.list_named_actors(all_namespaces=True):
         name = actor["name"]
         if name.startswith(f"SERVE_REPLICA::{app_name}#LLMServer:tandem-fast#"):

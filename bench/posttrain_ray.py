@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from infra.lifecycle import init_ray
+
 log = logging.getLogger(__name__)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -57,7 +59,7 @@ def run_posttrain_bench(
 
     work = Path(tempfile.mkdtemp(prefix="tandem-bench-posttrain-"))
     rl = _rl_config(config, work, max_staleness=1)
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_ray(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         from posttrain.common import StageContext
 

@@ -11,6 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
+from infra import lifecycle
 from infra.errors import TandemError
 
 console = Console(stderr=True)
@@ -70,12 +71,19 @@ def main() -> None:
 
     # Ray configures the root logger at INFO; per-request client logs would drown the CLI's output.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # SIGTERM and Ctrl-C unwind every command like Ctrl-C; a second one forces the exit (infra.lifecycle).
+    lifecycle.install()
     try:
         app(standalone_mode=False)
     except TandemError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except (typer.Abort, lifecycle.Stop) as exc:
+        # click turns a KeyboardInterrupt (our Stop) into Abort, keeping it as the cause.
+        stop = exc if isinstance(exc, lifecycle.Stop) else exc.__cause__
+        if isinstance(stop, lifecycle.Stop):
+            console.print(f"stopped ({stop.name}); checkpointed work resumes with the same command")
+            sys.exit(stop.exit_code)
         console.print("aborted")
         sys.exit(130)
     except SystemExit:

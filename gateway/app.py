@@ -76,7 +76,10 @@ def build_gateway_app(config: TandemConfig, resolved: list[ResolvedTier]) -> Any
             "weights_file": str(config.canary.weights_file.resolve()),
             "late_candidates": config.canary.late_candidates,
         },
-        ingress_options={"num_replicas": config.server.ingress_replicas},
+        ingress_options={
+            "num_replicas": config.server.ingress_replicas,
+            "graceful_shutdown_timeout_s": config.server.shutdown_grace_s,
+        },
     )
 
 

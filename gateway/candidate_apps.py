@@ -18,6 +18,7 @@ from gateway.app import build_candidate_apps, candidate_tiers
 from gateway.canary import candidate_app_name
 from gateway.config import TandemConfig, load_config
 from infra.errors import TandemError
+from infra.lifecycle import init_ray
 from infra.registry import open_registry
 from serving.tiers import resolve_tier
 
@@ -76,11 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="Candidate fast-tier draft (registry ref).")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    import ray
 
     try:
         config = load_config(args.gateway_config)
-        ray.init(address=config.ray.address or "auto", log_to_driver=False)
+        init_ray(address=config.ray.address or "auto", log_to_driver=False)
         if args.action == "deploy":
             if not args.model:
                 parser.error("deploy needs --model")

@@ -1,8 +1,8 @@
-"""`tandem serve`: both tiers behind the gateway, until Ctrl-C."""
+"""`tandem serve`: both tiers behind the gateway, until SIGTERM or Ctrl-C (README, "Lifecycle")."""
 
 from __future__ import annotations
 
-import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -42,8 +42,10 @@ def serve_command(
 
         for tier in settings.tiers:
             tier.engine = EngineConfig.model_validate(tier.engine.model_dump() | {"dtype": dtype})
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    from infra.lifecycle import Stop, install
+
+    install()  # main() does too; again here for callers that import the command directly
+    stopped: Stop | None = None
     try:
         with console.status("starting Tandem...") as status:
             running = start_gateway(settings, on_progress=lambda message: status.update(f"[bold]{message}"))
@@ -57,9 +59,14 @@ def serve_command(
         console.print(table)
         console.print(f"OpenAI API: [bold green]{running.openai_url}[/]   health: {running.base_url}/health")
         console.print("Press Ctrl-C to stop.")
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        threading.Event().wait()
+    except Stop as signal_stop:
+        stopped = signal_stop
     finally:
-        console.print("shutting down...")
+        console.print("shutting down (a second Ctrl-C or SIGTERM forces it)...")
         stop_gateway()
+    # SIGTERM is a server's normal end (exit 0); Ctrl-C keeps the shell's 130.
+    if stopped is not None:
+        console.print(f"stopped ({stopped.name})")
+        if stopped.name == "SIGINT":
+            sys.exit(stopped.exit_code)

@@ -20,6 +20,12 @@ class ServerConfig(BaseModel):
     host: str = Field("127.0.0.1", description="Address the HTTP proxy binds to.")
     port: int = Field(8000, ge=1, le=65535)
     ingress_replicas: int = Field(1, ge=1, description="Replicas of the ingress (gateway) deployment.")
+    shutdown_grace_s: float = Field(
+        5.0,
+        ge=0,
+        description="On SIGTERM/Ctrl-C, how long in-flight requests get to finish before their streams are "
+        "ended (the engines' own grace is each tier's graceful_shutdown_timeout_s).",
+    )
 
 
 class RayConfig(BaseModel):

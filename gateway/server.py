@@ -14,6 +14,7 @@ from gateway.app import build_gateway_app, prepare_release, tier_routes
 from gateway.config import TandemConfig
 from gateway.ingress import TierRoute
 from infra.errors import TandemError
+from infra.lifecycle import init_ray
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,9 @@ def start_gateway(
     in_place_rollout = bool(config.canary.model) or config.canary.late_candidates
     if not ray.is_initialized():
         if config.ray.address:
-            ray.init(address=config.ray.address, log_to_driver=False)
+            init_ray(address=config.ray.address, log_to_driver=False)
         else:
-            ray.init(num_cpus=config.ray.num_cpus, include_dashboard=in_place_rollout, log_to_driver=False)
+            init_ray(num_cpus=config.ray.num_cpus, include_dashboard=in_place_rollout, log_to_driver=False)
     serve.start(http_options={"host": config.server.host, "port": config.server.port})
     app = build_gateway_app(config, resolved)
     progress("deploying tiers (engines load the weights)")

@@ -201,7 +201,11 @@ class FileRegistry(Registry):
         base = self.root / name
         if not base.is_dir():
             return []
-        return sorted(p.name for p in base.iterdir() if (p / MANIFEST_NAME).is_file())
+        # A staging directory (".<version>.*") holds its manifest just before the rename that publishes it:
+        # one left by a killed publish is not a version (tests/chaos/test_registry_kill.py).
+        return sorted(
+            p.name for p in base.iterdir() if not p.name.startswith(".") and (p / MANIFEST_NAME).is_file()
+        )
 
 
 class S3Registry(Registry):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from evalsuite.schema import TaskInstance, VerifierResult
+from infra.lifecycle import init_ray
 from posttrain.formats import format_for
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def _ray_score() -> Any:
 
     if not ray.is_initialized():
         # Joins RAY_ADDRESS when set (a cluster); otherwise a local Ray sized to this machine.
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_ray(include_dashboard=False, log_to_driver=False, configure_logging=False)
         log.info("event=verify_ray_started resources=%s", ray.cluster_resources())
     if _remote_score is None:
         _remote_score = ray.remote(num_cpus=0.5, max_retries=2)(_score)

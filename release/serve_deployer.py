@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +19,7 @@ from gateway.config import load_config
 from gateway.traffic import ReleaseName, ReleaseSpec
 from infra.config import describe_validation_error
 from infra.errors import ConfigError, RolloutError, TandemError
+from infra.lifecycle import init_ray, keep_signal_handlers
 from release.rollout import RolloutConfig
 
 log = logging.getLogger(__name__)
@@ -51,20 +48,6 @@ def _ray_connected() -> bool:
     import ray
 
     return bool(ray.is_initialized())
-
-
-@contextlib.contextmanager
-def _own_signal_handlers() -> Iterator[None]:
-    """Keep this process's SIGTERM/SIGINT handlers across the block: ray.init installs a driver's own and
-    ray.shutdown leaves them (the training guards and the CLI rely on theirs; seen leaking across the suite)."""
-    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        if threading.current_thread() is threading.main_thread():  # only the main thread may set them
-            for number, handler in saved.items():
-                if handler is not None:  # None: installed outside Python, nothing to put back
-                    signal.signal(number, handler)
 
 
 class ServeDeployer:
@@ -169,8 +152,9 @@ class ServeDeployer:
         from gateway import candidate_apps
 
         started = time.monotonic()
-        with _own_signal_handlers():
-            ray.init(address=self.gateway.ray.address or "auto", log_to_driver=False)
+        # ray.shutdown below leaves Ray's SIGTERM handler too, so the whole block keeps the caller's.
+        with keep_signal_handlers():
+            init_ray(address=self.gateway.ray.address or "auto", log_to_driver=False)
             try:
                 if action == "deploy":
                     names = candidate_apps.deploy(self.gateway, spec.model, spec.draft, self.options.app_name)

@@ -110,6 +110,12 @@ class TierConfig(BaseModel):
         description="CPUs for the engine in its placement-group bundle; Serve LLM adds the replica actor's 1 "
         "CPU, so a replica reserves num_cpus + 1 on one node.",
     )
+    graceful_shutdown_timeout_s: float = Field(
+        5.0,
+        ge=0,
+        description="On shutdown, how long an engine replica lets its in-flight requests finish before they "
+        "are ended (keeps SIGTERM to `tandem serve` under 15 s).",
+    )
     health_check_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -324,6 +330,7 @@ def to_llm_config(resolved: ResolvedTier) -> Any:
             deployment_config={
                 "num_replicas": tier.replicas,
                 "health_check_timeout_s": tier.health_check_timeout_s,
+                "graceful_shutdown_timeout_s": tier.graceful_shutdown_timeout_s,
             },
             placement_group_config={"bundles": [bundle] * tier.engine.tensor_parallel_size},
             log_engine_metrics=True,

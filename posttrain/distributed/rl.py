@@ -29,6 +29,7 @@ from typing import Any
 
 from evalsuite.generators.base import derive_seed
 from evalsuite.schema import TaskInstance, VerifierResult
+from infra.lifecycle import init_ray
 from posttrain.checkpoints import RunState, discard_after, latest_checkpoint, load_checkpoint, seal_checkpoint
 from posttrain.common import StageContext, before_after
 from posttrain.distributed.config import RayConfig
@@ -56,10 +57,10 @@ def connect(config: RayConfig) -> None:
         return
     address = config.address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        init_ray(address=address, log_to_driver=False, configure_logging=False)
     else:
         cpus = config.num_cpus or max(8, os.cpu_count() or 1)
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_ray(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     log.info("event=ray_connected address=%s resources=%s", address or "local", ray.cluster_resources())
 
 
