@@ -14,15 +14,12 @@ connects and then puts the caller's handlers back (ours, or a trainer's stop-aft
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -57,11 +54,6 @@ def install() -> None:
         return
     for signum in SIGNALS:
         signal.signal(signum, _handle)
-
-
-def stop_requested() -> int | None:
-    """The first stop signal received, if any (for loops that poll instead of being interrupted)."""
-    return _State.received[0] if _State.received else None
 
 
 def _handle(signum: int, frame: Any) -> None:

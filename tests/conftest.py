@@ -115,6 +115,26 @@ def _suite_key(key_store: str) -> str:
         store.close()
 
 
+def wait_until_serving(
+    process: subprocess.Popen[bytes] | subprocess.Popen[str], base_url: str, log: Path, timeout_s: float
+) -> None:
+    """Poll ``/health`` until it answers 200. Fails with the log's tail when ``process`` exits first, or when
+    ``timeout_s`` passes (its process group is killed then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"tandem serve exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail(f"tandem serve not ready after {timeout_s}s:\n{_tail(log)}")
+        time.sleep(1)
+
+
 @pytest.fixture(scope="session")
 def gateway(bundled_model_dir: Path) -> Iterator[Gateway]:
     """`tandem serve` in a subprocess, float32, with the fast tier speculating with the EAGLE-3 head shipped
@@ -173,19 +193,7 @@ def gateway(bundled_model_dir: Path) -> Iterator[Gateway]:
             start_new_session=True,
         )
     base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + GATEWAY_START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"tandem serve exited with {process.returncode}:\n{_tail(log)}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail(f"tandem serve not ready after {GATEWAY_START_TIMEOUT_S}s:\n{_tail(log)}")
-        time.sleep(2)
+    wait_until_serving(process, base_url, log, GATEWAY_START_TIMEOUT_S)
     yield Gateway(base_url=base_url, log=log, api_key=api_key, key_store=key_store)
     process.send_signal(signal.SIGINT)
     try:

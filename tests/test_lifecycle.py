@@ -22,7 +22,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import REPO, _tail, free_port
+from tests.conftest import REPO, _tail, free_port, wait_until_serving
 
 pytestmark = pytest.mark.chaos
 
@@ -162,18 +162,7 @@ def test_sigterm_ends_tandem_serve_mid_stream_cleanly(tmp_path: Path) -> None:
         )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            if serve.poll() is not None:
-                pytest.fail(f"tandem serve exited with {serve.returncode}:\n{_tail(log)}")
-            try:
-                if httpx.get(f"{base_url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"tandem serve not ready:\n{_tail(log)}")
-            time.sleep(1)
+        wait_until_serving(serve, base_url, log, 600)
         started_by_serve = [p.pid for p in psutil.Process(serve.pid).children(recursive=True)]
 
         chunks: list[str] = []
