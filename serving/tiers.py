@@ -49,6 +49,14 @@ class EngineConfig(BaseModel):
         description="vLLM tool-call parser for `tool_choice: auto` requests (None disables tool calling); "
         "'hermes' reads the <tool_call>{json}</tool_call> format.",
     )
+    tool_strict_level: Literal["auto", "function", "parameter"] = Field(
+        "parameter",
+        description="vLLM's --tool-strict-level: how far decoding is constrained when a request has tools. "
+        "'parameter' (default) constrains every call's arguments to its tool's JSON schema, as if each tool "
+        "said `strict: true`, so a named or `required` tool_choice always yields a parseable call; 'auto' "
+        "leaves arguments free unless the client sets `strict` (the bundled model then often writes "
+        "arguments that are not JSON).",
+    )
     intel_openmp: bool = Field(
         True,
         description="On CPU, preload Intel OpenMP (libiomp5.so, shipped in the environment by pip's "
@@ -258,7 +266,8 @@ def cuda_available() -> bool:
 
 def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
     """vLLM engine arguments of an :class:`EngineConfig` alone, without ``extra`` (the caller applies it last):
-    shared by the served tiers and post-training's rollout engines."""
+    shared by the served tiers and post-training's rollout engines. The OpenAI layer's arguments are
+    :func:`frontend_kwargs`."""
     kwargs: dict[str, Any] = {
         "dtype": engine.dtype,
         "max_model_len": engine.max_model_len,
@@ -268,17 +277,24 @@ def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
         "tensor_parallel_size": engine.tensor_parallel_size,
         "seed": engine.seed,
     }
-    if engine.tool_call_parser:
-        # Frontend arguments: Ray Serve LLM routes these to vLLM's OpenAI layer, not the engine.
-        kwargs["enable_auto_tool_choice"] = True
-        kwargs["tool_call_parser"] = engine.tool_call_parser
     return kwargs
+
+
+def frontend_kwargs(engine: EngineConfig) -> dict[str, Any]:
+    """Arguments of vLLM's OpenAI layer (Ray Serve LLM routes them there, not to the engine): tool calling."""
+    if not engine.tool_call_parser:
+        return {}
+    return {
+        "enable_auto_tool_choice": True,
+        "tool_call_parser": engine.tool_call_parser,
+        "tool_strict_level": engine.tool_strict_level,
+    }
 
 
 def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
     """vLLM engine arguments for a resolved tier."""
     engine = resolved.config.engine
-    kwargs = base_engine_kwargs(engine)
+    kwargs = base_engine_kwargs(engine) | frontend_kwargs(engine)
     if resolved.speculative_method == "ngram":
         spec = resolved.config.speculative
         assert spec is not None

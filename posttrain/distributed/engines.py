@@ -131,11 +131,6 @@ class RolloutEngine:
         engine = self.config.engine
         os.environ.update(engine.env)
         kwargs = base_engine_kwargs(engine)
-        for frontend in (
-            "enable_auto_tool_choice",
-            "tool_call_parser",
-        ):  # the OpenAI server's, not the engine's
-            kwargs.pop(frontend, None)
         kwargs |= {
             # vLLM's Ray executor refuses the CPU platform, and this actor is already the unit Ray schedules.
             "distributed_executor_backend": "uni" if engine.tensor_parallel_size == 1 else "mp",

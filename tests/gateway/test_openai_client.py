@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -153,3 +155,91 @@ def test_health_and_metrics(gateway: Gateway) -> None:
     assert set(health.json()["tiers"]) == {"standard", "fast"}
     metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=30)
     assert metrics.status_code == 200 and "ray_serve_" in metrics.text
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current local time in a time zone.",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string"}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in (WEATHER, TIME)}
+PARIS_WEATHER = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+
+
+def _calls_of(client: openai.OpenAI, stream: bool, **request: object) -> list[tuple[str, str]]:
+    """(name, arguments) of every tool call in the answer, the stream's deltas joined by call index."""
+    if not stream:
+        completion = client.chat.completions.create(**request)  # type: ignore[call-overload]
+        choice = completion.choices[0]
+        assert choice.finish_reason in ("tool_calls", "stop"), choice
+        return [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or []]
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for chunk in client.chat.completions.create(stream=True, **request):  # type: ignore[call-overload]
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                name, arguments = calls.setdefault(delta.index, ["", ""])
+                calls[delta.index] = [
+                    name + (delta.function.name or "" if delta.function else ""),
+                    arguments + (delta.function.arguments or "" if delta.function else ""),
+                ]
+    assert finish in ("tool_calls", "stop"), finish
+    return [(name, arguments) for name, arguments in calls.values()]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("model", ["tandem-standard", "tandem-fast"])
+@pytest.mark.parametrize(
+    "tool_choice",
+    [{"type": "function", "function": {"name": "get_time"}}, "required"],
+    ids=["named", "required"],
+)
+def test_forced_tool_choice_returns_calls_matching_the_schema(
+    client: openai.OpenAI, model: str, stream: bool, tool_choice: object
+) -> None:
+    """Issue 17: a named tool_choice returns that tool's call and `required` some call, with arguments that
+    validate against the tool's schema (the engines constrain arguments: `tool_strict_level: parameter`).
+    The named tool is the one the question does not ask for, so only the constraint can pick it."""
+    import jsonschema
+
+    calls = _calls_of(
+        client,
+        stream,
+        model=model,
+        messages=PARIS_WEATHER,
+        tools=[WEATHER, TIME],
+        tool_choice=tool_choice,
+        max_tokens=96,
+        temperature=0,
+    )
+    assert calls, "no tool call returned"
+    for name, arguments in calls:
+        if isinstance(tool_choice, dict):
+            assert name == "get_time"
+        assert name in SCHEMAS
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
