@@ -46,9 +46,11 @@ test: install lint typecheck
 test-e2e: install
 	$(VENV)/bin/pytest -q -ra -m rollout_e2e
 
-# Fault injection (issue 17): stop signals, SIGKILLed publishes; the quick scenarios also run in `make test`.
+# Fault injection (issue 17): every chaos scenario (the quick ones also run in `make test`); writes the JSON
+# report to bench/results/chaos-latest.json and prints it as the README's table.
 chaos: install
-	$(VENV)/bin/pytest -q -ra -m chaos
+	TANDEM_CHAOS_REPORT=bench/results/chaos-latest.json $(VENV)/bin/pytest -q -ra -m chaos
+	$(VENV)/bin/python -m tests.chaos.report bench/results/chaos-latest.json
 
 unit: install
 	$(VENV)/bin/pytest -q -m "not integration"

@@ -70,7 +70,13 @@ def _train_run(
     """Train ``distiller`` to ``until_step`` with periodic evaluation and checkpoints; resumable."""
     config = distiller.config
     last_report: AcceptanceReport | None = None
-    progress(f"distill {label}", distiller.step, until_step, "")
+    # "resumed ..." is how the CLI learns a run picked up a checkpoint (it prints that line once).
+    progress(
+        f"distill {label}",
+        distiller.step,
+        until_step,
+        f"resumed at step {distiller.step}" if distiller.step else "",
+    )
     while distiller.step < until_step:
         loss = distiller.train_step(divergence)
         status = f"loss={loss:.3f}"

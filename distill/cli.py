@@ -61,6 +61,8 @@ def _stage_progress() -> Iterator[Any]:
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int, status: str) -> None:
+        if status.startswith("resumed"):
+            progress.console.print(f"{stage}: {status} (checkpoint found in the work dir)")
         if stage not in tasks:
             tasks[stage] = progress.add_task(stage, total=total, status=status)
         progress.update(tasks[stage], completed=done, total=total, status=status)

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from evalsuite.schema import TaskInstance
+from infra.errors import ConfigError
 from posttrain.common import StageContext, before_after
 from posttrain.formats import format_for
 from posttrain.run import CandidateResult
@@ -43,6 +44,20 @@ def demonstration_rows(context: StageContext, n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _require_room_for_answers(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) -> None:
+    """Refuse a run whose every prompt fills ``max_length``: TRL would truncate each answer away, drop every
+    example as fully masked, and fail deep in the sampler instead of naming the setting."""
+    lengths = [
+        len(tokenizer.apply_chat_template(row["prompt"], tokenize=True, return_dict=True)["input_ids"])
+        for row in rows
+    ]
+    if lengths and min(lengths) >= max_length:
+        raise ConfigError(
+            f"train.max_length={max_length} leaves no room for any answer: the shortest of {len(rows)} prompts "
+            f"is {min(lengths)} tokens (longest {max(lengths)}); raise train.max_length above {max(lengths)}"
+        )
+
+
 def posttrain_sft(
     config: SFTRunConfig,
     resume: bool = True,
@@ -57,6 +72,7 @@ def posttrain_sft(
     tokenizer = context.load_tokenizer()
     train = config.train
     rows = demonstration_rows(context, train.max_steps * train.batch_size * train.gradient_accumulation_steps)
+    _require_room_for_answers(rows, tokenizer, train.max_length)
     dataset = Dataset.from_list(rows)
     before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
 

@@ -1,4 +1,5 @@
-"""Session-scoped fixtures that start real servers: a local S3 (moto) and the full gateway (Ray + vLLM).
+"""Session-scoped fixtures that start real servers: a local S3 (moto), PostgreSQL and the full gateway
+(Ray + vLLM).
 
 Each server starts once per test session and only when a test asks for it, so the unit tests stay fast.
 """
@@ -6,6 +7,7 @@ Each server starts once per test session and only when a test asks for it, so th
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -14,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -24,6 +27,80 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 GATEWAY_START_TIMEOUT_S = 900
+CHAOS_REPORT_ENV = "TANDEM_CHAOS_REPORT"
+
+
+@dataclass
+class ChaosRecord:
+    """One fault-injection scenario's figures, for the chaos report (``make chaos`` writes it as JSON).
+
+    ``requests`` were sent while the fault was in force; ``clean_errors`` of them got the documented error
+    (a 503 with Retry-After, a named refusal), ``failures`` anything else (a 500, a hang, a lost result): every
+    scenario asserts that count. ``recovery_s`` is the time from the fault's end to the first good answer.
+    """
+
+    scenario: str
+    fault: str
+    requests: int = 0
+    clean_errors: int = 0
+    failures: int = 0
+    recovery_s: float | None = None
+    detail: str = ""
+    passed: bool | None = None
+    extra: dict[str, float | int | str] = field(default_factory=dict)
+
+
+_CHAOS_RECORDS: list[ChaosRecord] = []
+
+
+@pytest.fixture
+def chaos_report(request: pytest.FixtureRequest) -> Callable[..., ChaosRecord]:
+    """``chaos_report(fault, requests=..., failures=..., ...)`` records this scenario for the chaos report;
+    whether the test passed is filled in when it ends."""
+
+    def record(fault: str, **figures: object) -> ChaosRecord:
+        entry = ChaosRecord(scenario=request.node.nodeid, fault=fault, **figures)  # type: ignore[arg-type]
+        _CHAOS_RECORDS.append(entry)
+        request.node.stash.setdefault(_CHAOS_KEY, []).append(entry)
+        return entry
+
+    return record
+
+
+_CHAOS_KEY = pytest.StashKey[list[ChaosRecord]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``chaos_full`` scenarios run only when ``-m`` names a marker (``make chaos``): the suite of
+    ``make test`` stays under its time limit, and the skip reason says where they run."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="chaos_full: run by make chaos")
+    for item in items:
+        if item.get_closest_marker("chaos_full"):
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" or report.failed:
+        for entry in item.stash.get(_CHAOS_KEY, []):
+            entry.passed = report.passed if entry.passed in (None, True) else False
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With $TANDEM_CHAOS_REPORT set (``make chaos`` sets it), write the recorded scenarios there as JSON."""
+    path = os.environ.get(CHAOS_REPORT_ENV)
+    if not path or not _CHAOS_RECORDS:
+        return
+    report = {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "scenarios": [asdict(entry) for entry in _CHAOS_RECORDS],
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")
 
 
 def _private_dir(name: str) -> Path:
@@ -201,3 +278,101 @@ def gateway(bundled_model_dir: Path) -> Iterator[Gateway]:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------------
+def _postgres_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)
+    return str(candidates[0]) if candidates else None
+
+
+@dataclass
+class PostgresServer:
+    """A throwaway PostgreSQL server on a loopback port; ``stop()`` and ``start()`` keep its data and port,
+    so fault-injection tests can take it down and bring it back under the same URL."""
+
+    url: str
+    data: Path
+    log: Path
+    pg_ctl: str
+    options: str
+    as_user: list[str]
+
+    def _pg_ctl(self, *arguments: str) -> None:
+        command = [*self.as_user, self.pg_ctl, "-D", str(self.data), *arguments]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            pytest.fail(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}\n{_tail(self.log)}")
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        self._pg_ctl("-l", str(self.log), "-w", "-t", "60", "-o", self.options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: abort open transactions, disconnect clients) and wait until it is down."""
+        self._pg_ctl("-m", mode, "-w", "-t", "60", "stop")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for this test session: ``initdb`` + ``pg_ctl`` in a temporary directory (as the
+    ``postgres`` user when running as root, which initdb refuses); skips when the binaries are absent."""
+    initdb, pg_ctl = _postgres_bin("initdb"), _postgres_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) are not installed; see `make system-deps`")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed")
+    # Not under pytest's tmp dir: that is private to root, and the server runs as 'postgres'.
+    work = Path(tempfile.mkdtemp(prefix="tandem-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL")
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(work, "postgres")
+        work.chmod(0o700)
+    port = free_port()
+    server = PostgresServer(
+        url=f"postgresql://tandem@127.0.0.1:{port}/postgres",
+        data=work / "data",
+        log=work / "postgres.log",
+        pg_ctl=pg_ctl,
+        options=f"-p {port} -k {work} -c listen_addresses=127.0.0.1 -c fsync=off",
+        as_user=as_user,
+    )
+    initialised = subprocess.run(
+        [*as_user, initdb, "-D", str(server.data), "-U", "tandem", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if initialised.returncode != 0:
+        pytest.fail(f"initdb failed:\n{initialised.stdout}\n{initialised.stderr}")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The session's PostgreSQL server as a libpq URL (its ``postgres`` database)."""
+    return postgres_server.url
+
+
+@pytest.fixture
+def postgres_database_url(postgres_url: str) -> str:
+    """A fresh database per test on the session's server."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"

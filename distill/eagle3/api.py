@@ -219,6 +219,7 @@ def train_eagle3_head(
     run_dir = work_dir / f"train-{config.train_digest()}"
     if trainer.load(run_dir):
         log.info("event=eagle3_resume step=%d", trainer.state.step)
+        report("train head", trainer.state.step, trainer.total_steps, f"resumed at step {trainer.state.step}")
     evaluations: list[dict[str, Any]] = []
     evaluations_path = run_dir / "evaluations.json"
     if evaluations_path.is_file():
