@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from gateway.traffic import RELEASES, ReleaseName, ReleaseSpec
 from infra.errors import ArtifactExists, RolloutError
 from infra.manifest import Lineage
-from infra.registry import Registry
+from infra.registry import Registry, registry_step
 from release.gate_verdict import read_gate_verdict
 from release.rollout import (
     MetricsSnapshot,
@@ -329,7 +329,14 @@ class RolloutController:
             self._audit("gate_failed", self.state.reason, **evidence)
             return
         self._audit("gate_passed", f"gate verdict is 'pass' ({source})", **evidence)
-        self.deployer.deploy("candidate", self.config.candidate)
+        try:
+            self.deployer.deploy("candidate", self.config.candidate)
+        except RolloutError as exc:
+            # A candidate whose engine cannot start never got traffic: roll back (remove whatever half
+            # started, after the drain) instead of leaving the rollout stuck or the controller crashed.
+            self._begin_exit(RolloutPhase.ROLLING_BACK, f"candidate failed to deploy: {exc}")
+            self._audit("rollback", self.state.reason)
+            return
         self._enter_step(0)
         self._audit("start_step", f"candidate deployed; weight {self.config.steps[0].weight}")
 
@@ -421,8 +428,9 @@ class RolloutController:
             shutil.copy2(self.audit_path, Path(staging) / AUDIT_FILE)
             shutil.copy2(self.state_dir / STATE_FILE, Path(staging) / STATE_FILE)
             try:
-                self.registry.publish(Path(staging), name, version, kind="report", lineage=lineage,
-                                      metadata={"phase": self.state.phase.value, "reason": self.state.reason})  # fmt: skip
+                with registry_step(f"publishing the rollout report {name}@{version} (rerun to retry)"):
+                    self.registry.publish(Path(staging), name, version, kind="report", lineage=lineage,
+                                          metadata={"phase": self.state.phase.value, "reason": self.state.reason})  # fmt: skip
             except ArtifactExists:
                 pass  # published before a restart: the version is immutable and already complete
         self.state.report_ref = f"{name}@{version}"

@@ -395,3 +395,25 @@ def test_window_starts_at_the_first_readable_snapshot(tmp_path: Path) -> None:
     hold = list(controller.audit_records())[-1]
     assert hold["decision"] == "hold" and hold["window"]["seconds"] == 60
     assert hold["metrics"]["candidate"]["requests"] == pytest.approx(120)
+
+
+def test_a_candidate_that_fails_to_deploy_is_rolled_back_without_traffic(tmp_path: Path) -> None:
+    """The candidate's engine crashes at start (the deployer raises): the rollout ends rolled back, the
+    candidate never had a share of traffic, and what half-started is removed."""
+
+    class CrashingDeployer(Deployer):
+        def deploy(self, release: ReleaseName, spec: ReleaseSpec) -> None:
+            super().deploy(release, spec)
+            raise RolloutError(
+                "deploy candidate applications: RuntimeError: Engine core initialization failed"
+            )
+
+    world = make_world(tmp_path, Quality())
+    world.deployer = CrashingDeployer(world.splitter)
+    controller = world.controller()
+    assert world.drive(controller) is RolloutPhase.ROLLED_BACK
+    assert all(w["candidate"] == 0 for w in world.splitter.history)
+    assert world.deployer.events == [("deploy", "candidate", 0), ("remove", "candidate", 0)]
+    assert decisions(controller)[:2] == ["gate_passed", "rollback"]
+    rollback = next(r for r in controller.audit_records() if r["decision"] == "rollback")
+    assert "Engine core initialization failed" in rollback["reason"]
