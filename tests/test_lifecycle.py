@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -137,7 +138,9 @@ def test_ray_does_not_take_sigterm_over(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_sigterm_ends_tandem_serve_mid_stream_cleanly(tmp_path: Path) -> None:
+def test_sigterm_ends_tandem_serve_mid_stream_cleanly(
+    tmp_path: Path, chaos_report: Callable[..., object]
+) -> None:
     """SIGTERM with a stream in flight: the stream ends (completed or closed, never hung), `tandem serve`
     exits 0 within 15 s without a stack trace, and no process it started (Ray's node, the engine) is left."""
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"lc-{os.getpid()}"  # short: Ray's socket paths
@@ -205,6 +208,14 @@ def test_sigterm_ends_tandem_serve_mid_stream_cleanly(tmp_path: Path) -> None:
         assert _gone(started_by_serve, 15) == [], _commands(_gone(started_by_serve, 0))
         assert chunks and chunks[0] != "[DONE]"
         json.loads(chunks[0])  # the stream had begun with a real chunk
+        chaos_report(
+            "SIGTERM to tandem serve with a stream in flight",
+            requests=1,
+            failures=0,
+            recovery_s=round(stopped_in, 1),
+            detail=f"exit 0 in {stopped_in:.1f} s (limit 15); stream {'completed' if chunks[-1] == '[DONE]' else 'closed'}"
+            f"; {len(started_by_serve)} started processes, none left",
+        )
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGKILL)
