@@ -4,8 +4,10 @@ Isolation per exec: all namespaces unshared (no network: only loopback in a new 
 /proc and /dev, read-only system binds, the sample's working tree at ``/workspace`` and its own ``/tmp``,
 a fresh session (no terminal injection), and, when the host runs as root, an unprivileged uid of its own
 so that process limits are per sandbox. Resource limits come from ``prlimit`` (CPU seconds, address space,
-processes, file size, open files), plus a wall-clock timeout and an output cap enforced here; the whole
-process tree dies with bwrap (``--die-with-parent`` and the pid namespace), including on cancellation.
+processes, file size, open files), plus a wall-clock timeout and an output cap enforced here; where the host
+allows it, a cgroup per sandbox also caps the memory and tasks of the whole tree (``evalsuite.sandbox_limits``).
+The whole process tree dies with bwrap (``--die-with-parent`` and the pid namespace), including on
+cancellation. Every limit a command runs into is recorded in :attr:`BwrapSandboxEnvironment.limits_hit`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from inspect_ai.util._sandbox.environment import SandboxUserUnsupportedError
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.errors import SandboxError
+from evalsuite.sandbox_limits import SandboxCgroup, SandboxLimit, limits_in_stderr
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,9 @@ _SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 # on one host rarely share a uid (sharing only means sharing the process limit).
 _UID_BASE = 1_600_000 + (os.getpid() % 4096) * 256
 _uid_counter = itertools.count()
+# With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so the cgroup (which counts) is hit first.
+_NPROC_BACKSTOP = 32
+_LIMIT_POLL_S = 0.1
 
 
 class BwrapConfig(BaseModel):
@@ -56,7 +62,20 @@ class BwrapConfig(BaseModel):
     snapshot_dir: str | None = Field(default=None, description="Copied into /workspace for every sample.")
     cpu_seconds: int = Field(default=30, description="RLIMIT_CPU per process tree member, seconds.")
     memory_bytes: int = Field(default=1 << 30, description="RLIMIT_AS (address space) per process.")
-    max_processes: int = Field(default=128, description="RLIMIT_NPROC for the sandbox's uid.")
+    max_processes: int = Field(
+        default=128, description="Tasks of the sandbox (pids cgroup), else RLIMIT_NPROC for its uid."
+    )
+    memory_total_bytes: int = Field(
+        default=2 << 30, description="Memory of the whole sandbox tree (memory cgroup, where available)."
+    )
+    use_cgroup: bool = Field(
+        default=True, description="Give each sandbox a memory + pids cgroup when the host allows it."
+    )
+    kill_on_limit: bool = Field(
+        default=True,
+        description="End a command as soon as its cgroup reports a memory or process limit hit (a bomb "
+        "then stops in well under a second instead of spinning until the wall timeout).",
+    )
     max_file_bytes: int = Field(
         default=64 << 20, description="RLIMIT_FSIZE: largest file a process may write."
     )
@@ -149,6 +168,12 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         if config.drop_privileges and os.geteuid() == 0:
             self.uid = _UID_BASE + next(_uid_counter) % 256
         self._running: set[asyncio.subprocess.Process] = set()
+        self.limits_hit: list[SandboxLimit] = []
+        self.cgroup = (
+            SandboxCgroup.create(self.root.name, config.memory_total_bytes, config.max_processes)
+            if config.use_cgroup
+            else None
+        )
         if config.snapshot_dir:
             shutil.copytree(config.snapshot_dir, self.workspace, symlinks=True)
         else:
@@ -204,6 +229,8 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         for process in list(self._running):
             self._kill(process)
         self._running.clear()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         await asyncio.to_thread(_remove_tree, self.root)
         log.debug("event=sandbox_cleanup root=%s", self.root)
 
@@ -213,7 +240,7 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         limits = [
             f"--cpu={self.config.cpu_seconds}",
             f"--as={self.config.memory_bytes}",
-            f"--nproc={self.config.max_processes}",
+            f"--nproc={self.config.max_processes + (_NPROC_BACKSTOP if self._counts_processes() else 0)}",
             f"--fsize={self.config.max_file_bytes}",
             f"--nofile={self.config.max_open_files}",
             "--core=0",
@@ -237,10 +264,24 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         ]  # fmt: skip
         for key, value in (env or {}).items():
             jail += ["--setenv", key, value]
-        prefix: list[str] = []
+        prefix = self.cgroup.enter_command() if self.cgroup is not None else []
         if self.uid is not None:
-            prefix = [_SETPRIV, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+            prefix += [_SETPRIV, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
         return [*prefix, _PRLIMIT, *limits, "--", *jail, "--", *cmd]
+
+    def _counts_processes(self) -> bool:
+        return self.cgroup is not None and self.cgroup.pids_dir is not None
+
+    def _record_limits(self, limits: list[SandboxLimit], cmd: list[str]) -> None:
+        for limit in dict.fromkeys(limits):
+            log.info("event=sandbox_limit limit=%s root=%s cmd=%s", limit, self.root, " ".join(cmd)[:200])
+            if limit not in self.limits_hit:
+                self.limits_hit.append(limit)
+
+    def _cgroup_hits(self, before: dict[SandboxLimit, int]) -> list[SandboxLimit]:
+        if self.cgroup is None:
+            return []
+        return [limit for limit, count in self.cgroup.counters().items() if count > before.get(limit, 0)]
 
     def _kill(self, process: asyncio.subprocess.Process) -> None:
         if process.returncode is None:
@@ -271,6 +312,7 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
         )
         self._running.add(process)
         overflow: list[str] = []
+        before = self.cgroup.counters() if self.cgroup is not None else {}
 
         async def drain(stream: asyncio.StreamReader, name: str) -> bytes:
             chunks: list[bytes] = []
@@ -293,15 +335,25 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
                 await process.stdin.drain()
                 process.stdin.close()
 
+        async def watch() -> None:
+            if self.cgroup is None or not self.config.kill_on_limit:
+                return
+            while process.returncode is None:
+                await asyncio.sleep(_LIMIT_POLL_S)
+                if self._cgroup_hits(before):
+                    self._kill(process)
+                    return
+
         assert process.stdout is not None and process.stderr is not None
         try:
             async with asyncio.timeout(wall):
-                _, out, err = await asyncio.gather(
-                    feed(), drain(process.stdout, "stdout"), drain(process.stderr, "stderr")
+                _, out, err, _ = await asyncio.gather(
+                    feed(), drain(process.stdout, "stdout"), drain(process.stderr, "stderr"), watch()
                 )
                 returncode = await process.wait()
         except TimeoutError:
             log.info("event=sandbox_timeout root=%s seconds=%s", self.root, wall)
+            self._record_limits(["timeout", *self._cgroup_hits(before)], cmd)
             raise TimeoutError(f"command timed out after {wall} seconds") from None
         finally:
             self._kill(process)
@@ -310,6 +362,8 @@ class BwrapSandboxEnvironment(SandboxEnvironment):
                 await asyncio.wait_for(asyncio.shield(process.wait()), 5)
         stdout = out.decode("utf-8", errors="replace")
         stderr = err.decode("utf-8", errors="replace")
+        hits = self._cgroup_hits(before) + limits_in_stderr(stderr) + (["output_limit"] if overflow else [])
+        self._record_limits(hits, cmd)
         if overflow:
             stderr += f"\n[output exceeded {limit} bytes on {', '.join(overflow)}; process killed]"
             returncode = returncode if returncode not in (0, None) else 1

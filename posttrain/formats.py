@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from evalsuite.errors import GeneratorError
@@ -30,6 +30,8 @@ TERMINAL_SCRIPT_SYSTEM = (
     "You are working in a Linux shell in the task's working directory; there is no network. Reply with "
     "one bash script in a ```bash code block that completes the task, and nothing else."
 )
+# Wall-clock bound on a rollout's script; a limit it runs into (this one included) scores the rollout 0.
+SOLUTION_TIMEOUT_S = 20
 _BASH_BLOCK = re.compile(r"```(?:bash|sh)?\s*\n(.*?)```", re.DOTALL)
 
 
@@ -110,7 +112,18 @@ def extract_script(completion: str) -> str | None:
     return blocks[-1].strip() if blocks else None
 
 
-async def _run_terminal(instance: TaskInstance, script: str) -> VerifierResult:
+def limit_verdict(limits: Sequence[str]) -> VerifierResult:
+    """The verdict of a rollout whose commands ran into sandbox limits: zero, with each limit a component
+    (``memory_limit``, ``process_limit``, ``timeout``, ``output_limit``) so the trace says why."""
+    return VerifierResult(
+        score=0.0,
+        correct=False,
+        components={limit: 1.0 for limit in limits},
+        explanation="sandbox limit hit: " + ", ".join(limits),
+    )
+
+
+async def _run_terminal(instance: TaskInstance, script: str) -> tuple[VerifierResult, float]:
     from evalsuite.families.terminal.verifier import verify_terminal_in_sandbox
     from evalsuite.sandbox import bwrap_sandbox
 
@@ -119,11 +132,17 @@ async def _run_terminal(instance: TaskInstance, script: str) -> VerifierResult:
             await sandbox.write_file(path, contents)
         await sandbox.write_file("solution.sh", script)
         try:
-            await sandbox.exec(["bash", "solution.sh"], timeout=20)
+            await sandbox.exec(["bash", "solution.sh"], timeout=SOLUTION_TIMEOUT_S)
         except TimeoutError:
             pass
+        if sandbox.limits_hit:
+            return limit_verdict(sandbox.limits_hit), 0.0
         await sandbox.exec(["rm", "-f", "solution.sh"], timeout=10)
-        return await verify_terminal_in_sandbox(instance, sandbox)
+        result = await verify_terminal_in_sandbox(instance, sandbox)
+        # The checks run the model's code too (hidden tests import its module): a limit hit there voids it.
+        if sandbox.limits_hit:
+            return limit_verdict(sandbox.limits_hit), 0.0
+        return result, 1.0
 
 
 @rollout_format
@@ -143,7 +162,7 @@ class TerminalFormat:
         script = extract_script(completion)
         if script is None:
             return VerifierResult(score=0.0, correct=False, explanation="no bash block"), 0.0
-        return asyncio.run(_run_terminal(instance, script)), 1.0
+        return asyncio.run(_run_terminal(instance, script))
 
 
 def messages_json(instance: TaskInstance) -> str:
