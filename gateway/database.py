@@ -1,22 +1,48 @@
 """The SQL database behind API keys and rate-limit buckets: SQLite (a file) by default, PostgreSQL for a
 cluster. One connection per thread; statements are built with the driver's own parameter marker
-(:attr:`Database.param`, from its DB-API ``paramstyle``), never rewritten afterwards."""
+(:attr:`Database.param`, from its DB-API ``paramstyle``), never rewritten afterwards.
+
+A database that cannot answer (PostgreSQL down or restarting, a SQLite file still locked after the busy
+timeout) raises :class:`KeyStoreUnavailable`, a 503 with ``Retry-After``; a connection it broke is dropped,
+so the next transaction reconnects and the gateway recovers by itself when the database returns.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from gateway.errors import GatewayError
 from infra.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # DB-API paramstyle -> the positional marker of that style.
 _MARKERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+# SQLite primary result codes that mean "not now" rather than a wrong statement: BUSY, LOCKED, IOERR, CANTOPEN.
+_SQLITE_UNAVAILABLE = {5, 6, 10, 14}
+
+
+class KeyStoreUnavailable(GatewayError):
+    """503 with ``Retry-After``: the key store's database cannot answer now (down, restarting, locked)."""
+
+    def __init__(self, dialect: str, retry_after_s: int) -> None:
+        super().__init__(
+            503,
+            f"The API key store ({dialect}) is unavailable, so the request can be neither authenticated nor metered; "
+            f"retry in {retry_after_s}s.",
+            code="key_store_unavailable",
+        )
+        self.retry_after_s = retry_after_s
+        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class Database(ABC):
@@ -28,6 +54,7 @@ class Database(ABC):
 
     dialect: Literal["sqlite", "postgresql"]
     paramstyle: str  # the driver's DB-API paramstyle
+    retry_after_s: int  # the Retry-After a client is sent while the database cannot answer
 
     @property
     def param(self) -> str:
@@ -39,24 +66,88 @@ class Database(ABC):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._opened: list[tuple[int, Any]] = []
+        # Bumped when a connection is found broken: the other threads' connections to the same server
+        # died with it, so each reopens before its next use instead of failing one request to find out.
+        self._generation = 0
 
     @abstractmethod
     def _connect(self) -> Any:
         """A new DB-API connection."""
 
     @abstractmethod
-    def transaction(self, *, write: bool = False) -> AbstractContextManager[Cursor]:
-        """A transaction committed on normal exit and rolled back on an exception."""
+    def _begin(self, cursor: Any, write: bool) -> None:
+        """Start a transaction on ``cursor``."""
+
+    @abstractmethod
+    def _unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the database cannot answer now (retryable), not a faulty statement."""
+
+    def _connection_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` also means this thread's connection is unusable and must be reopened."""
+        return False
+
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
+        """A transaction committed on normal exit and rolled back on an exception.
+
+        Raises KeyStoreUnavailable (503, Retry-After) when the database cannot be reached or stays locked.
+        """
+        try:
+            connection = self._connection()
+            cursor = connection.cursor()
+            try:
+                self._begin(cursor, write)
+                yield cursor
+            except BaseException:
+                connection.rollback()
+                raise
+            else:
+                connection.commit()
+            finally:
+                cursor.close()
+        except Exception as exc:
+            if not self._unavailable(exc):
+                raise
+            if self._connection_lost(exc):
+                self._discard_connections()
+            log.warning("event=key_store_unavailable dialect=%s error=%r", self.dialect, repr(exc)[:300])
+            # Fail closed: with no key store a request can be neither authenticated nor metered, and keys
+            # are never cached, so an unauthenticated request must not be served; the client retries.
+            raise KeyStoreUnavailable(self.dialect, self.retry_after_s) from exc
 
     def _connection(self) -> Any:
         # A connection must not cross a fork or a thread: each (process, thread) opens its own.
-        if getattr(self._local, "pid", None) != os.getpid():
-            connection = self._connect()
-            self._local.connection = connection
-            self._local.pid = os.getpid()
-            with self._lock:
-                self._opened.append((os.getpid(), connection))
-        return self._local.connection
+        local = self._local
+        ours = getattr(local, "pid", None) == os.getpid()
+        if ours and local.generation == self._generation:
+            return local.connection
+        if ours:
+            # Another thread found the server gone; this connection went with it.
+            self._forget(local.connection)
+            local.pid = None
+        generation = self._generation
+        connection = self._connect()
+        local.connection, local.pid, local.generation = connection, os.getpid(), generation
+        with self._lock:
+            self._opened.append((os.getpid(), connection))
+        return connection
+
+    def _discard_connections(self) -> None:
+        """Drop this thread's connection now and have every other thread reopen its own before next use."""
+        with self._lock:
+            self._generation += 1
+        if getattr(self._local, "pid", None) == os.getpid():
+            self._forget(self._local.connection)
+        self._local.pid = None
+
+    def _forget(self, connection: Any) -> None:
+        """Close ``connection`` (this process's, possibly broken) and stop tracking it."""
+        if connection is None:
+            return
+        with self._lock:
+            self._opened = [(pid, c) for pid, c in self._opened if c is not connection]
+        with contextlib.suppress(Exception):
+            connection.close()
 
     def close(self) -> None:
         """Close every connection this process opened (from any thread)."""
@@ -77,6 +168,7 @@ class Cursor(Protocol):
 class SQLiteDatabase(Database):
     dialect = "sqlite"
     paramstyle = sqlite3.paramstyle
+    retry_after_s = 1  # a lock held past the busy timeout is contention, over in moments
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         super().__init__(f"sqlite:///{path}")
@@ -90,47 +182,59 @@ class SQLiteDatabase(Database):
             self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         connection.execute("PRAGMA journal_mode=WAL")
+        # NORMAL, with WAL, syncs at checkpoints rather than at every commit: a commit still survives a
+        # process crash (only an OS crash may lose the last ones, never corrupting the file), and writers
+        # do not queue behind one fsync per rate-limit debit, the write lock being held meanwhile.
+        connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
         return connection
 
-    @contextmanager
-    def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
-        connection = self._connection()
-        cursor = connection.cursor()
+    def _begin(self, cursor: Any, write: bool) -> None:
+        # IMMEDIATE takes the write lock (waiting up to the busy timeout) before the first read, so a
+        # read-then-write never has to upgrade its lock, which SQLite refuses at once with SQLITE_BUSY.
         cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield cursor
-        except BaseException:
-            connection.rollback()
-            raise
-        else:
-            connection.commit()
-        finally:
-            cursor.close()
+
+    def _unavailable(self, exc: BaseException) -> bool:
+        code = getattr(exc, "sqlite_errorcode", None)
+        return (
+            isinstance(exc, sqlite3.OperationalError)
+            and code is not None
+            and code & 0xFF in _SQLITE_UNAVAILABLE
+        )
 
 
 class PostgresDatabase(Database):
     dialect = "postgresql"
     paramstyle = "pyformat"  # psycopg.paramstyle, without importing the driver for SQLite users
+    retry_after_s = 5  # a restarting or failing-over server takes seconds
+
+    def __init__(self, url: str, *, connect_timeout_s: int = 3) -> None:
+        super().__init__(url)
+        # Fail fast when the server is unreachable (libpq's own default waits forever); a URL that sets
+        # connect_timeout keeps its own.
+        self.connect_timeout_s = connect_timeout_s
 
     def _connect(self) -> Any:
         import psycopg
+        from psycopg.conninfo import conninfo_to_dict
 
-        return psycopg.connect(self.url, autocommit=False)
+        options: dict[str, Any] = {}
+        if "connect_timeout" not in conninfo_to_dict(self.url):
+            options["connect_timeout"] = self.connect_timeout_s
+        return psycopg.connect(self.url, autocommit=False, **options)
 
-    @contextmanager
-    def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
-        connection = self._connection()
-        cursor = connection.cursor()
-        try:
-            yield cursor
-        except BaseException:
-            connection.rollback()
-            raise
-        else:
-            connection.commit()
-        finally:
-            cursor.close()
+    def _begin(self, cursor: Any, write: bool) -> None:
+        """psycopg opens the transaction itself at the first statement (autocommit is off)."""
+
+    def _unavailable(self, exc: BaseException) -> bool:
+        import psycopg
+
+        # Refused, lost or already closed connections, an admin shutdown, a server starting up or out of
+        # resources; psycopg raises OperationalError for all of them (a faulty statement is another class).
+        return isinstance(exc, psycopg.OperationalError)
+
+    def _connection_lost(self, exc: BaseException) -> bool:
+        return self._unavailable(exc)
 
 
 def open_database(url: str) -> Database:

@@ -26,6 +26,7 @@ from gateway.canary import (
     candidate_model_id,
     open_release_metrics,
 )
+from gateway.database import KeyStoreUnavailable
 from gateway.errors import GatewayError, ModelNotFound, error_body, raised_from, tier_failure_types
 from gateway.guardrails import (
     OutputGuard,
@@ -380,5 +381,16 @@ class RequestPipeline:
         )
 
     async def _settle(self, reservation: Reservation | None, actual_tokens: int) -> None:
-        if reservation is not None and self.limiter is not None:
+        if reservation is None or self.limiter is None:
+            return
+        try:
             await asyncio.to_thread(self.limiter.record_usage, reservation, actual_tokens)
+        except KeyStoreUnavailable:
+            # The answer is already made: deliver it. The key stays charged its reservation (the estimate,
+            # usually above what was used), so an outage never lets usage go unmetered.
+            log.warning(
+                "event=usage_settle_failed key_id=%s reserved_tokens=%d actual_tokens=%d",
+                reservation.key_id,
+                reservation.reserved_tokens,
+                actual_tokens,
+            )
