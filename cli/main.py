@@ -10,6 +10,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from infra import lifecycle
 from infra.errors import TandemError
@@ -74,9 +75,13 @@ def main() -> None:
     # SIGTERM and Ctrl-C unwind every command like Ctrl-C; a second one forces the exit (infra.lifecycle).
     lifecycle.install()
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's `typer.Exit(code)` instead of exiting with it.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
     except TandemError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        # One line, never wrapped, and the message's own brackets are text, not rich markup.
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(exc.exit_code)
     except (typer.Abort, lifecycle.Stop) as exc:
         # click turns a KeyboardInterrupt (our Stop) into Abort, keeping it as the cause.

@@ -9,7 +9,7 @@ from gateway.canary import CANDIDATE_SUFFIX, candidate_model_id
 from gateway.config import TandemConfig
 from gateway.ingress import GATEWAY_ROUTES, TandemIngress, TierRoute, create_fastapi_app
 from infra.bundled import BUNDLED_REF, publish_bundled_model
-from infra.registry import Registry, open_registry
+from infra.registry import Registry, open_registry, registry_step
 from serving.app import build_serving_app
 from serving.tiers import ResolvedTier, TierConfig, resolve_tier
 
@@ -45,7 +45,8 @@ def prepare_release(config: TandemConfig, registry: Registry | None = None) -> l
     registry = registry or open_registry(config.registry)
     tiers = [*config.tiers, *candidate_tiers(config)]
     if any(tier.model == BUNDLED_REF for tier in tiers):
-        publish_bundled_model(registry)
+        with registry_step(f"preparing the bundled model {BUNDLED_REF} in the registry"):
+            publish_bundled_model(registry)
     return [resolve_tier(tier, registry) for tier in tiers]
 
 

@@ -33,5 +33,23 @@ class IntegrityError(RegistryError):
     """An artifact's bytes do not match its manifest (corrupted or tampered)."""
 
 
+class RegistryUnavailable(RegistryError):
+    """The registry's storage cannot be reached (S3 endpoint down, refusing or timing out); the same command
+    may succeed once it is back. The message names the registry, the step that needed it and the operation."""
+
+    def __init__(self, location: str, operation: str, reason: str, step: str | None = None) -> None:
+        self.location, self.operation, self.reason, self.step = location, operation, reason, step
+        during = f" while {step}" if step else ""
+        super().__init__(f"registry {location} is unreachable{during} ({operation}): {reason}")
+
+    def __reduce__(self) -> tuple[type[RegistryUnavailable], tuple[str, str, str, str | None]]:
+        # Keeps the fields through pickling (Ray ships exceptions between processes).
+        return type(self), (self.location, self.operation, self.reason, self.step)
+
+    def during(self, step: str) -> RegistryUnavailable:
+        """The same outage naming the step it interrupted; an inner step already named is kept."""
+        return self if self.step else RegistryUnavailable(self.location, self.operation, self.reason, step)
+
+
 class RolloutError(TandemError):
     """A rollout cannot start or continue (bad gate report, corrupt state, refused transition)."""

@@ -8,16 +8,25 @@ manifest and refuses a mismatch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from infra.errors import ArtifactExists, ArtifactNotFound, IntegrityError, RegistryError
+from infra.errors import (
+    ArtifactExists,
+    ArtifactNotFound,
+    IntegrityError,
+    RegistryError,
+    RegistryUnavailable,
+)
 from infra.manifest import (
     MANIFEST_NAME,
     ArtifactKind,
@@ -138,6 +147,19 @@ class Registry(ABC):
         return root
 
 
+@contextlib.contextmanager
+def registry_step(step: str) -> Iterator[None]:
+    """Name the step a registry outage interrupts: a :class:`RegistryUnavailable` raised inside says
+    ``while <step>`` (e.g. "fetching tier 'standard''s model smollm2-135m-instruct@base")."""
+    try:
+        yield
+    except RegistryUnavailable as exc:
+        named = exc.during(step)
+        if named is exc:
+            raise
+        raise named from exc.__cause__
+
+
 def verify_directory(root: Path, manifest: ArtifactManifest) -> None:
     """Check every file the manifest lists: present, same size, same sha256."""
     for entry in manifest.files:
@@ -208,8 +230,53 @@ class FileRegistry(Registry):
         )
 
 
+@dataclass(frozen=True)
+class S3ClientSettings:
+    """How the S3 client reaches its endpoint: bounded, so a down endpoint fails the command in seconds
+    (botocore's defaults, 60 s connect timeout and 5 attempts, hang for minutes on an unreachable host).
+    Each field can be set in the registry URL's query, e.g. ``s3://bucket/prefix?connect_timeout=2``."""
+
+    connect_timeout: float = 5.0
+    """Seconds to open a connection, per attempt."""
+    read_timeout: float = 60.0
+    """Seconds to wait for bytes on an open connection, per attempt."""
+    max_attempts: int = 3
+    """Tries per request, the first included (botocore "standard" retries, backoff up to 2^n s between)."""
+
+    @classmethod
+    def from_query(cls, url: str, query: dict[str, list[str]]) -> S3ClientSettings:
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            if spec.name not in query:
+                continue
+            raw = query[spec.name][-1]
+            try:
+                value = int(raw) if spec.type in (int, "int") else float(raw)
+            except ValueError:
+                value = -1
+            if value <= 0:
+                raise RegistryError(
+                    f"invalid registry URL {url!r}: {spec.name}={raw!r} must be a positive number"
+                )
+            values[spec.name] = value
+        return cls(**values)
+
+    def client_config(self) -> Any:
+        from botocore.config import Config
+
+        return Config(
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
+        )
+
+
 class S3Registry(Registry):
-    """A registry in an S3 bucket (AWS, MinIO, or any S3-compatible ``endpoint_url``)."""
+    """A registry in an S3 bucket (AWS, MinIO, or any S3-compatible ``endpoint_url``).
+
+    Every storage call goes through :meth:`_storage`, which turns botocore's failures into the registry's
+    errors: :class:`RegistryUnavailable` when the endpoint cannot be reached, :class:`RegistryError` otherwise.
+    """
 
     def __init__(
         self,
@@ -219,15 +286,42 @@ class S3Registry(Registry):
         endpoint_url: str | None = None,
         cache_dir: Path | None = None,
         client: Any = None,
+        settings: S3ClientSettings | None = None,
     ) -> None:
         import boto3  # Imported here so file-only users never pay for botocore's import.
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.client = client or boto3.client("s3", endpoint_url=endpoint_url)
+        self.client = client or boto3.client(
+            "s3", endpoint_url=endpoint_url, config=(settings or S3ClientSettings()).client_config()
+        )
         home = Path(os.environ.get("TANDEM_HOME", "~/.cache/tandem")).expanduser()
         self.cache_dir = Path(cache_dir or home / "s3-cache" / bucket / (self.prefix or "_"))
+
+    @property
+    def location(self) -> str:
+        """The URL and the endpoint it resolves to ($AWS_ENDPOINT_URL included), for error messages."""
+        endpoint = getattr(getattr(self.client, "meta", None), "endpoint_url", None)
+        return f"{self.url} (endpoint {endpoint})" if endpoint else self.url
+
+    @contextlib.contextmanager
+    def _storage(self, operation: str) -> Iterator[None]:
+        """Run S3 calls for ``operation`` ("reading the manifest of x@v1"), translating their failures."""
+        from boto3.exceptions import S3TransferFailedError, S3UploadFailedError
+        from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+
+        try:
+            yield
+        except (ConnectionError, HTTPClientError) as exc:  # refused, timed out, dropped mid-response
+            raise RegistryUnavailable(self.location, operation, str(exc)) from exc
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if status >= 500:  # still failing after the retries: the service is down, not the request wrong
+                raise RegistryUnavailable(self.location, operation, str(exc)) from exc
+            raise RegistryError(f"S3 error {operation} in {self.location}: {exc}") from exc
+        except (BotoCoreError, S3UploadFailedError, S3TransferFailedError) as exc:  # no credentials, ...
+            raise RegistryError(f"S3 error {operation} in {self.location}: {exc}") from exc
 
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
@@ -235,30 +329,33 @@ class S3Registry(Registry):
     def _read_manifest(self, name: str, version: str) -> ArtifactManifest | None:
         from botocore.exceptions import ClientError
 
+        with self._storage(f"reading the manifest of {name}@{version}"):
+            try:
+                response = self.client.get_object(
+                    Bucket=self.bucket, Key=self._key(name, version, MANIFEST_NAME)
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}:
+                    return None
+                raise
+            body = response["Body"].read()
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, version, MANIFEST_NAME))[
-                "Body"
-            ]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}:
-                return None
-            raise RegistryError(f"S3 error reading {name}@{version} from {self.url}: {exc}") from exc
-        try:
-            return ArtifactManifest.model_validate_json(body.read())
+            return ArtifactManifest.model_validate_json(body)
         except ValueError as exc:
             raise IntegrityError(f"{name}@{version}: manifest in {self.url} is unreadable: {exc}") from exc
 
     def _write_version(self, src: Path, manifest: ArtifactManifest) -> None:
-        for entry in manifest.files:
-            self.client.upload_file(
-                str(src / entry.path), self.bucket, self._key(manifest.name, manifest.version, entry.path)
+        with self._storage(f"uploading {manifest.ref}"):
+            for entry in manifest.files:
+                self.client.upload_file(
+                    str(src / entry.path), self.bucket, self._key(manifest.name, manifest.version, entry.path)
+                )
+            # The manifest goes last: its presence is what makes the version exist.
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self._key(manifest.name, manifest.version, MANIFEST_NAME),
+                Body=manifest.model_dump_json(indent=2).encode(),
             )
-        # The manifest goes last: its presence is what makes the version exist.
-        self.client.put_object(
-            Bucket=self.bucket,
-            Key=self._key(manifest.name, manifest.version, MANIFEST_NAME),
-            Body=manifest.model_dump_json(indent=2).encode(),
-        )
 
     def _materialise(self, manifest: ArtifactManifest) -> Path:
         root = self.cache_dir / manifest.name / manifest.version
@@ -272,32 +369,35 @@ class S3Registry(Registry):
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".partial")
-            self.client.download_file(
-                self.bucket, self._key(manifest.name, manifest.version, entry.path), str(partial)
-            )
+            with self._storage(f"downloading {manifest.ref} file {entry.path}"):
+                self.client.download_file(
+                    self.bucket, self._key(manifest.name, manifest.version, entry.path), str(partial)
+                )
             partial.replace(target)
         return root
 
-    def _list_prefixes(self, prefix: str) -> list[str]:
-        paginator = self.client.get_paginator("list_objects_v2")
+    def _list_prefixes(self, prefix: str, operation: str) -> list[str]:
         found: list[str] = []
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
-            for common in page.get("CommonPrefixes", []):
-                found.append(common["Prefix"][len(prefix) :].strip("/"))
+        with self._storage(operation):
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    found.append(common["Prefix"][len(prefix) :].strip("/"))
         return sorted(found)
 
     def _names(self) -> list[str]:
-        return self._list_prefixes(self._key() + "/" if self.prefix else "")
+        return self._list_prefixes(self._key() + "/" if self.prefix else "", "listing artifacts")
 
     def _versions(self, name: str) -> list[str]:
-        return self._list_prefixes(self._key(name) + "/")
+        return self._list_prefixes(self._key(name) + "/", f"listing the versions of {name}")
 
 
 def open_registry(url: str | None = None) -> Registry:
     """Open a registry from a URL: ``file:///path``, a plain path, or ``s3://bucket/prefix[?endpoint_url=...]``.
 
     Without a URL, ``$TANDEM_REGISTRY`` or ``~/.cache/tandem/registry`` is used. For S3 the endpoint also
-    comes from ``$AWS_ENDPOINT_URL`` (boto3's own convention) when the URL does not name one.
+    comes from ``$AWS_ENDPOINT_URL`` (boto3's own convention) when the URL does not name one; the query may
+    also set :class:`S3ClientSettings` (``connect_timeout``, ``read_timeout``, ``max_attempts``).
     """
     url = url or os.environ.get("TANDEM_REGISTRY") or DEFAULT_REGISTRY_URL
     parsed = urlparse(url)
@@ -306,6 +406,14 @@ def open_registry(url: str | None = None) -> Registry:
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise RegistryError(f"invalid registry URL {url!r}: expected s3://bucket/prefix")
-        endpoint = parse_qs(parsed.query).get("endpoint_url", [None])[0]
-        return S3Registry(parsed.netloc, parsed.path, endpoint_url=endpoint)
+        query = parse_qs(parsed.query)
+        allowed = {"endpoint_url", *(spec.name for spec in fields(S3ClientSettings))}
+        unknown = sorted(set(query) - allowed)
+        if unknown:
+            raise RegistryError(
+                f"invalid registry URL {url!r}: unknown option {unknown[0]!r}; use {', '.join(sorted(allowed))}"
+            )
+        endpoint = query.get("endpoint_url", [None])[0]
+        settings = S3ClientSettings.from_query(url, query)
+        return S3Registry(parsed.netloc, parsed.path, endpoint_url=endpoint, settings=settings)
     raise RegistryError(f"unsupported registry URL {url!r}: use file:// or s3://")

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from evalsuite.gate import GateVerdict
 from evalsuite.gate_report import VERDICT_FILE
 from infra.errors import RolloutError
-from infra.registry import Registry
+from infra.registry import Registry, registry_step
 from release.rollout import GateRequirement
 
 _MARKDOWN_VERDICT = re.compile(r"^#\s*Release gate:\s*(PASS|FAIL)\b", re.IGNORECASE | re.MULTILINE)
@@ -100,7 +100,8 @@ def read_gate_verdict(gate: GateRequirement, registry: Registry | None) -> tuple
     assert gate.ref is not None
     if registry is None:
         raise RolloutError(f"gate report {gate.ref} is a registry ref but no registry was given")
-    root = registry.fetch(gate.ref)
+    with registry_step(f"fetching the gate report {gate.ref}"):
+        root = registry.fetch(gate.ref)
     report = root / gate.file
     if not report.is_file():
         raise RolloutError(f"gate report {gate.ref}:{gate.file}: the artifact has no file {gate.file!r}")

@@ -311,14 +311,17 @@ def run_distill(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> ReleaseAr
 def _model_name(template: str, config: ReleaseConfig, artifacts: ReleaseArtifacts) -> str:
     if "{" not in template:
         return template
-    from infra.registry import open_registry
+    from infra.registry import open_registry, registry_step
 
     registry = open_registry(config.registry)
     values = {"base": config.base, **artifacts.listed()}
     if "{candidate_dir}" in template:
-        values["candidate_dir"] = str(registry.fetch(_need(artifacts, "candidate", "eval")))
+        candidate = _need(artifacts, "candidate", "eval")
+        with registry_step(f"fetching the candidate {candidate} for the eval model {template}"):
+            values["candidate_dir"] = str(registry.fetch(candidate))
     if "{base_dir}" in template:
-        values["base_dir"] = str(registry.fetch(config.base))
+        with registry_step(f"fetching the base {config.base} for the eval model {template}"):
+            values["base_dir"] = str(registry.fetch(config.base))
     try:
         return template.format(**values)
     except KeyError as exc:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
+import time
 import uuid
 from pathlib import Path
 
 import boto3
 import pytest
 
-from infra.errors import ArtifactExists, ArtifactNotFound, IntegrityError, RegistryError
+from infra.errors import ArtifactExists, ArtifactNotFound, IntegrityError, RegistryError, RegistryUnavailable
 from infra.manifest import Lineage
-from infra.registry import FileRegistry, Registry, S3Registry, open_registry, parse_ref
+from infra.registry import FileRegistry, Registry, S3Registry, open_registry, parse_ref, registry_step
+from tests.conftest import free_port
 
 
 def _artifact(tmp_path: Path, payload: bytes = b"weights-v1") -> Path:
@@ -91,6 +94,45 @@ def test_open_registry_urls(tmp_path: Path) -> None:
         open_registry("ftp://host/x")
     with pytest.raises(RegistryError, match="bucket"):
         open_registry("s3:///prefix")
+
+
+def test_s3_client_settings_come_from_the_url() -> None:
+    registry = open_registry("s3://bucket/x?endpoint_url=http://127.0.0.1:9&connect_timeout=2&max_attempts=1")
+    assert isinstance(registry, S3Registry)
+    config = registry.client.meta.config
+    assert (config.connect_timeout, config.read_timeout) == (2.0, 60.0)
+    assert config.retries == {"total_max_attempts": 1, "mode": "standard"}
+    with pytest.raises(RegistryError, match=r"unknown option 'region'; use connect_timeout, endpoint_url"):
+        open_registry("s3://bucket/x?region=eu")
+    with pytest.raises(RegistryError, match="max_attempts='0' must be a positive number"):
+        open_registry("s3://bucket/x?max_attempts=0")
+
+
+def test_an_unreachable_s3_endpoint_is_a_registry_unavailable_naming_url_and_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "t"),
+        ("AWS_SECRET_ACCESS_KEY", "t"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(key, value)
+    dead = f"http://127.0.0.1:{free_port()}"
+    registry = open_registry(f"s3://bucket/x?endpoint_url={dead}&max_attempts=1")
+    started = time.monotonic()
+    with (
+        pytest.raises(RegistryUnavailable) as raised,
+        registry_step("fetching the standard tier's model toy@v1"),
+    ):
+        registry.fetch("toy@v1")
+    assert time.monotonic() - started < 10
+    assert str(raised.value).startswith(
+        f"registry s3://bucket/x (endpoint {dead}) is unreachable while fetching the standard tier's model "
+        "toy@v1 (reading the manifest of toy@v1): Could not connect to the endpoint URL"
+    )
+    assert str(pickle.loads(pickle.dumps(raised.value))) == str(
+        raised.value
+    )  # crosses Ray's process boundary
 
 
 @pytest.mark.integration
