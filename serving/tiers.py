@@ -7,6 +7,7 @@ speculative decoding. Spec decoding is engine-wide in vLLM, so each tier is its 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from infra.bundled import BUNDLED_REF
 from infra.errors import ConfigError
 from infra.manifest import ArtifactManifest
-from infra.registry import Registry
+from infra.registry import Registry, registry_step
 
-TierName = Literal["standard", "fast"]
+# standard: the model as trained; fast: the same weights with speculative decoding; long: the same weights
+# with RoPE scaling past their trained window (asked for by model id only, never chosen by `auto`).
+TierName = Literal["standard", "fast", "long"]
 
 
 class EngineConfig(BaseModel):
@@ -33,7 +36,13 @@ class EngineConfig(BaseModel):
         "prompts wrongly where transformers' bfloat16 does not (measured), and float32 keeps the fast tier "
         "token-identical to the standard tier. Use bfloat16 on GPUs.",
     )
-    max_model_len: int = Field(4096, ge=128, description="Longest prompt + completion, in tokens.")
+    max_model_len: int | None = Field(
+        None,
+        ge=128,
+        description="Longest prompt + completion, in tokens; None: the model's own window (its config's "
+        "max_position_embeddings, 8,192 for the bundled model). `/v1/models` and the 400 for a longer prompt "
+        "come from the engine, so this is the only place the limit is set.",
+    )
     gpu_memory_utilization: float = Field(
         0.12,
         gt=0.0,
@@ -100,6 +109,18 @@ class SpeculativeConfig(BaseModel):
         return self
 
 
+class ContextExtension(BaseModel):
+    """Serve the weights past their trained window by RoPE scaling (vLLM ``hf_overrides``): ``factor`` times
+    the model's ``max_position_embeddings``. YaRN keeps short-range positions nearly as trained."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["yarn", "linear", "dynamic"] = Field(
+        "yarn", description="RoPE scaling: yarn (default), linear position interpolation, or dynamic NTK."
+    )
+    factor: float = Field(2.0, gt=1.0, le=16.0, description="Window multiple, e.g. 2 or 4.")
+
+
 class TierConfig(BaseModel):
     """One served tier: public id, aliases, weights, engine settings and (fast tier) speculation."""
 
@@ -111,6 +132,11 @@ class TierConfig(BaseModel):
     model: str = Field(BUNDLED_REF, description="Registry ref ('name@version') or a local model directory.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     speculative: SpeculativeConfig | None = Field(None, description="Set for the fast tier only.")
+    context_extension: ContextExtension | None = Field(
+        None,
+        description="RoPE-scaled window (the `long` tier): the engine serves factor x the model's window; "
+        "check recall with the long_context eval family before trusting it.",
+    )
     replicas: int = Field(1, ge=1)
     num_cpus: float = Field(
         1.0,
@@ -207,11 +233,21 @@ def newest_draft_for(
 
 
 def resolve_tier(tier: TierConfig, registry: Registry) -> ResolvedTier:
-    """Fetch (and verify) the tier's weights and, for the fast tier, choose and fetch its draft."""
-    model_path, model_version, _ = _local_or_registry(tier.model, registry)
+    """Fetch (and verify) the tier's weights and, for the fast tier, choose and fetch its draft; a registry
+    outage is raised naming the tier and the artifact it was fetching."""
+    with registry_step(f"fetching the {tier.name} tier's model {tier.model}"):
+        model_path, model_version, _ = _local_or_registry(tier.model, registry)
     spec = tier.speculative
     if spec is None:
         return ResolvedTier(tier, model_path, model_version)
+    draft = spec.draft or "(chosen from the registry)"
+    with registry_step(f"fetching the {tier.name} tier's draft {draft} for {model_version}"):
+        return _resolve_speculative(tier, spec, registry, model_path, model_version)
+
+
+def _resolve_speculative(
+    tier: TierConfig, spec: SpeculativeConfig, registry: Registry, model_path: Path, model_version: str
+) -> ResolvedTier:
     draft_ref = spec.draft
     if spec.method == "auto" and draft_ref is None:
         found = newest_draft_for(registry, model_version)
@@ -270,14 +306,54 @@ def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
     :func:`frontend_kwargs`."""
     kwargs: dict[str, Any] = {
         "dtype": engine.dtype,
-        "max_model_len": engine.max_model_len,
         "gpu_memory_utilization": engine.gpu_memory_utilization,
         "enforce_eager": engine.enforce_eager,
         "max_num_seqs": engine.max_num_seqs,
         "tensor_parallel_size": engine.tensor_parallel_size,
         "seed": engine.seed,
     }
+    if engine.max_model_len is not None:
+        kwargs["max_model_len"] = engine.max_model_len
     return kwargs
+
+
+def model_window(model_dir: str | Path) -> int:
+    """The context window a model was trained for: its config's ``max_position_embeddings``."""
+    return int(_model_config(model_dir)["max_position_embeddings"])
+
+
+def _model_config(model_dir: str | Path) -> dict[str, Any]:
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read the model's config: {exc}") from exc
+    if "max_position_embeddings" not in config:
+        raise ConfigError(f"{path}: no max_position_embeddings; a context extension needs the trained window")
+    return dict(config)
+
+
+def extension_kwargs(
+    extension: ContextExtension, model_dir: str | Path, max_model_len: int | None
+) -> dict[str, Any]:
+    """vLLM arguments that serve ``model_dir`` at ``extension.factor`` x its window: RoPE parameters through
+    ``hf_overrides`` (Transformers 5's ``rope_parameters``) and the longer ``max_model_len``."""
+    config = _model_config(model_dir)
+    window = int(config["max_position_embeddings"])
+    original = config.get("rope_parameters") or {}
+    theta = original.get("rope_theta", config.get("rope_theta", 10000.0))
+    extended = int(window * extension.factor)
+    rope = {
+        "rope_type": extension.method,
+        "factor": extension.factor,
+        "rope_theta": theta,
+        "original_max_position_embeddings": window,
+    }
+    overrides: dict[str, Any] = {"rope_parameters": rope}
+    if extension.method == "yarn":
+        # vLLM takes a YaRN config's max_position_embeddings as already scaled (Transformers' convention).
+        overrides["max_position_embeddings"] = extended
+    return {"hf_overrides": overrides, "max_model_len": max_model_len or extended}
 
 
 def frontend_kwargs(engine: EngineConfig) -> dict[str, Any]:
@@ -295,6 +371,10 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
     """vLLM engine arguments for a resolved tier."""
     engine = resolved.config.engine
     kwargs = base_engine_kwargs(engine) | frontend_kwargs(engine)
+    if resolved.config.context_extension is not None:
+        kwargs |= extension_kwargs(
+            resolved.config.context_extension, resolved.model_path, engine.max_model_len
+        )
     if resolved.speculative_method == "ngram":
         spec = resolved.config.speculative
         assert spec is not None
