@@ -98,8 +98,14 @@ class TandemConfig(BaseModel):
         names = [tier.name for tier in self.tiers]
         if names.count("standard") != 1:
             raise ValueError("tiers: exactly one tier named 'standard' is required")
-        if names.count("fast") > 1:
-            raise ValueError("tiers: at most one tier named 'fast'")
+        for name in ("fast", "long"):
+            if names.count(name) > 1:
+                raise ValueError(f"tiers: at most one tier named {name!r}")
+        for tier in self.tiers:
+            if tier.name == "long" and tier.context_extension is None:
+                raise ValueError(
+                    "tiers: the 'long' tier needs context_extension (e.g. {method: yarn, factor: 2})"
+                )
         for name in self.gateway.upstreams:
             if name not in names:
                 raise ValueError(f"gateway.upstreams.{name}: no tier named {name!r} is configured")
@@ -109,7 +115,23 @@ class TandemConfig(BaseModel):
                 if public in seen:
                     raise ValueError(f"tiers: model id or alias {public!r} is used twice")
                 seen.add(public)
+        self._check_local_cpus()
         return self
+
+    def _check_local_cpus(self) -> None:
+        """A local Ray too small for the replicas would leave `tandem serve` waiting forever for a placement:
+        refuse it up front. Each replica reserves its engine's num_cpus + 1 (Serve LLM's replica actor) and the
+        ingress one more. (Candidate replicas are placed when a rollout scales them up, and checked then.)"""
+        if self.ray.address is not None:
+            return
+        reserved = {tier.name: tier.replicas * (tier.num_cpus + 1) for tier in self.tiers}
+        needed = sum(reserved.values()) + 1
+        if needed > self.ray.num_cpus:
+            parts = ", ".join(f"{name} {cpus:g}" for name, cpus in reserved.items())
+            raise ValueError(
+                f"ray.num_cpus={self.ray.num_cpus} cannot place the replicas: the tiers reserve {parts} CPUs "
+                f"and the ingress 1; set ray.num_cpus to {int(needed + 0.999)} or more"
+            )
 
     def tier(self, name: str) -> TierConfig | None:
         return next((tier for tier in self.tiers if tier.name == name), None)

@@ -26,7 +26,7 @@ from infra.errors import ConfigError, TandemError
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "tk-"
-TIERS = ("standard", "fast")
+TIERS = ("standard", "fast", "long")
 _KEY_ID_CHARS = 8
 
 

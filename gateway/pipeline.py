@@ -256,10 +256,12 @@ class RequestPipeline:
                 return await self._call(context, tier, f"{tier}_unavailable_upstream", upstream)
             except UpstreamError as exc:
                 failure = exc
-        other = STANDARD if tier == FAST else FAST
+        # standard and fast serve the same window and weights, so each stands in for the other; a long
+        # tier's prompts fit nowhere else.
+        other = {FAST: STANDARD, STANDARD: FAST}.get(tier)
         key = context.key
         assert failure is not None
-        if other not in self.targets or not (key is None or key.allows_tier(other)):
+        if other is None or other not in self.targets or not (key is None or key.allows_tier(other)):
             raise failure
         log.warning("event=tier_failover from=%s to=%s error=%r", tier, other, repr(failure)[:200])
         try:

@@ -89,10 +89,12 @@ class TierRouter:
     def choose(self, features: RequestFeatures, stats: Mapping[str, TierSnapshot]) -> RoutingDecision:
         """The tier to call. ``requested_tier`` is 'standard', 'fast' or 'auto' (aliases resolved before)."""
         requested = features.requested_tier
-        if requested not in (STANDARD, FAST, AUTO):
-            raise ValueError(f"unknown tier {requested!r} (allowed: standard, fast, auto)")
-        if requested == STANDARD:
-            return RoutingDecision(STANDARD, "requested")
+        if requested not in (STANDARD, FAST, AUTO) and requested not in self.tiers:
+            allowed = ", ".join(sorted(self.tiers | {AUTO}))
+            raise ValueError(f"unknown tier {requested!r} (allowed: {allowed})")
+        if requested not in (FAST, AUTO):
+            # standard, and tiers only asked for by name (long): no spill, no substitute.
+            return RoutingDecision(requested, "requested")
         if requested == AUTO:
             preferred = self._auto(features)
             if preferred.tier == STANDARD:

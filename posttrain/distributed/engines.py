@@ -25,7 +25,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from posttrain.errors import PosttrainError
-from serving.tiers import EngineConfig, base_engine_kwargs, cuda_available, intel_openmp_library
+from serving.tiers import (
+    EngineConfig,
+    base_engine_kwargs,
+    cuda_available,
+    intel_openmp_library,
+    model_window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +147,8 @@ class RolloutEngine:
         if not cuda_available():
             # vLLM 0.32 on CPU kills the engine when a seeded request's prefill is chunked ("CPU Generator does
             # not use offset", gpu_model_runner._bookkeeping_sync), and every rollout is seeded: prefill whole.
-            kwargs |= {"enable_chunked_prefill": False, "max_num_batched_tokens": engine.max_model_len}
+            window = engine.max_model_len or model_window(self.model_dir)
+            kwargs |= {"enable_chunked_prefill": False, "max_num_batched_tokens": window}
         kwargs.update(engine.extra)
         started = time.monotonic()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=self.model_dir, **kwargs))

@@ -406,7 +406,7 @@ def test_invalid_upstream_config_names_the_field(
 def test_upstream_for_an_unknown_or_missing_tier(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"gateway\.upstreams\.turbo") as raised:
         _load(tmp_path, {"upstreams": {"turbo": {"model": "openai/x"}}})
-    assert "'standard' or 'fast'" in str(raised.value)
+    assert "'standard', 'fast' or 'long'" in str(raised.value)
     only_standard = [{"name": "standard", "model_id": "tandem-standard"}]
     with pytest.raises(ConfigError) as missing:
         _load(tmp_path, {"upstreams": {"fast": {"model": "openai/x"}}}, only_standard)
