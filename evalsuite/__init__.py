@@ -1,4 +1,4 @@
-"""Tandem's eval suite: a registry of eval families (built in: terminal, documents, agent; one folder each
+"""Tandem's eval suite: a registry of eval families (built in: terminal, documents, agent, long_context; one folder each
 under ``evalsuite/families``), seeded generators with disjoint splits, verifiers usable as RL rewards, the
 ``bwrap`` sandbox provider and the paired release gate.
 

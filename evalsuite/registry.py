@@ -52,6 +52,9 @@ class EvalFamily:
     reference_answer: Callable[[Any], str] | None = field(default=None, repr=False)
     """A completion text the verifier scores correct. Set only by families whose verifier takes the
     completion text: post-training trains those single-turn on the system prompt and these answers."""
+    report: str | None = None
+    """``"module:function"`` of an optional report writer, ``(samples, out_dir, model) -> list[Path]``, that
+    ``tandem eval`` calls with the family's scored Inspect samples after a run (plots beside the logs)."""
 
     def task_types(self) -> list[str]:
         """The task types the family generates, in a stable order."""
@@ -60,6 +63,13 @@ class EvalFamily:
     def load_task(self) -> Callable[..., Any]:
         """The family's Inspect task function (imports Inspect)."""
         module, _, function = self.task.partition(":")
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+    def load_report(self) -> Callable[..., Any] | None:
+        """The family's report writer, or None when it has none."""
+        if self.report is None:
+            return None
+        module, _, function = self.report.partition(":")
         return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
@@ -74,12 +84,15 @@ def eval_family(
     task: str,
     system_prompt: str | None = None,
     reference_answer: Callable[[Any], str] | None = None,
+    report: str | None = None,
 ) -> Callable[[Verifier], Verifier]:
     """Decorator: register the decorated verifier as family ``name`` with its builders and task."""
     if not builders:
         raise GeneratorError(f"eval family {name!r} registers no task-type builders")
     if ":" not in task:
         raise GeneratorError(f"eval family {name!r}: task must be 'module:function', got {task!r}")
+    if report is not None and ":" not in report:
+        raise GeneratorError(f"eval family {name!r}: report must be 'module:function', got {report!r}")
 
     def register(verify: Verifier) -> Verifier:
         known = _FAMILIES.get(name)
@@ -87,7 +100,8 @@ def eval_family(
         if known is not None and (known.verify.__module__, known.verify.__qualname__) != origin:
             raise GeneratorError(f"eval family {name!r} is registered twice ({known.verify.__module__})")
         _FAMILIES[name] = EvalFamily(name=name, builders=dict(builders), verify=verify, task=task,
-                                     system_prompt=system_prompt, reference_answer=reference_answer)  # fmt: skip
+                                     system_prompt=system_prompt, reference_answer=reference_answer,
+                                     report=report)  # fmt: skip
         return verify
 
     return register

@@ -91,8 +91,35 @@ def run_eval(
         log.warning("event=eval_incomplete task=%s status=%s error=%s", eval_log.eval.task, eval_log.status,
                     eval_log.error.message if eval_log.error else "")  # fmt: skip
     paths = [Path(lg.location) for lg in logs]
+    write_family_reports(logs, log_dir)
     log.info("event=eval_done model=%s logs=%s", getattr(resolved, "name", resolved), [str(p) for p in paths])
     return paths
+
+
+def write_family_reports(logs: list[Any], out_dir: str | Path) -> list[Path]:
+    """Call the report writer of every family that ran and has one (e.g. ``long_context-heatmap.png``) with
+    that family's scored samples; returns the files written into ``out_dir``."""
+    from inspect_ai.log import read_eval_log
+
+    by_family: dict[str, list[Any]] = {}
+    model = ""
+    for eval_log in logs:
+        samples = eval_log.samples
+        if samples is None and eval_log.location:
+            samples = read_eval_log(str(eval_log.location)).samples
+        model = model or str(eval_log.eval.model)
+        for sample in samples or []:
+            family = (sample.metadata or {}).get("family")
+            if family in family_names():
+                by_family.setdefault(family, []).append(sample)
+    written: list[Path] = []
+    for family, samples in sorted(by_family.items()):
+        report = get_family(family).load_report()
+        if report is not None:
+            written += report(samples, Path(out_dir), model)
+    if written:
+        log.info("event=family_reports files=%s", [str(p) for p in written])
+    return written
 
 
 def run_gate(

@@ -121,7 +121,7 @@ def test_a_fourth_family_appears_in_eval_gate_and_posttrain_pool(
     assert "riddles" not in GatePolicy().families
 
     install_riddles()
-    assert registry.family_names() == ("agent", "documents", "riddles", "terminal")
+    assert registry.family_names() == ("agent", "documents", "long_context", "riddles", "terminal")
 
     # tandem eval: the unknown-family error lists it among the choices, and it runs end to end.
     runner = CliRunner()
@@ -147,7 +147,7 @@ def test_a_fourth_family_appears_in_eval_gate_and_posttrain_pool(
     assert all(o.family == "riddles" and o.correct for o in outcomes)
 
     # The gate: the default policy covers it, and it is judged like any built-in family.
-    assert set(GatePolicy().families) == {"agent", "documents", "riddles", "terminal"}
+    assert set(GatePolicy().families) == {"agent", "documents", "long_context", "riddles", "terminal"}
     verdict = evaluate_gate(outcomes, outcomes, GatePolicy(parity={"required": False}))
     (check,) = [c for c in verdict.checks if c.family == "riddles"]
     assert check.kind == "coverage" and "4 paired samples" in check.reason
