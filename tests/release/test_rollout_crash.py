@@ -199,6 +199,12 @@ def test_a_candidate_whose_engine_crashes_mid_canary_is_rolled_back(
                     engine.send_signal(signal.SIGKILL)
                 killed["at"] = time.monotonic()
                 killed["processes"] = len(engines)
+                # The controller's next look must see the crash: wait for the first failed candidate request
+                # (the gateway counts it as it answers), else a step whose time is up may pass on the
+                # requests that completed before the kill (seen: advanced to 50 % first, then rolled back).
+                while not load.failures() and time.monotonic() < killed["at"] + 60:
+                    time.sleep(0.2)
+                assert load.failures(), "no candidate request failed within 60 s of the engine's SIGKILL"
 
             phase, reason, audit, before, after, highest = _drive(
                 config, work, registry, on_running=crash_candidate_engine
