@@ -53,6 +53,13 @@ class EngineConfig(BaseModel):
     max_num_seqs: int = Field(32, ge=1, description="Most sequences batched together per engine step.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica (CUDA only).")
     seed: int = Field(0, description="Engine seed; per-request `seed` still wins.")
+    chunked_prefill: bool | None = Field(
+        None,
+        description="Split long prefills into max_num_batched_tokens chunks (vLLM's enable_chunked_prefill). "
+        "None: vLLM's default on CUDA; off on CPU, where vLLM 0.32 kills the engine when a request with a "
+        "`seed` has its prefill chunked ('CPU Generator does not use offset'), and where `tandem bench context` "
+        "measured no gain at vLLM's default 2,048-token chunk. True on CPU is refused for that reason.",
+    )
     tool_call_parser: str | None = Field(
         "hermes",
         description="vLLM tool-call parser for `tool_choice: auto` requests (None disables tool calling); "
@@ -317,6 +324,19 @@ def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
     return kwargs
 
 
+def prefill_kwargs(engine: EngineConfig, window: int) -> dict[str, Any]:
+    """Chunked prefill per :attr:`EngineConfig.chunked_prefill`: on CPU whole prefills (a batch holds one
+    full-window prompt), since a chunked seeded prefill kills vLLM 0.32's CPU engine."""
+    if cuda_available():
+        return {} if engine.chunked_prefill is None else {"enable_chunked_prefill": engine.chunked_prefill}
+    if engine.chunked_prefill:
+        raise ConfigError(
+            "engine.chunked_prefill: true is refused on CPU: vLLM 0.32 CPU kills the engine when a seeded "
+            "request's prefill is chunked"
+        )
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": window}
+
+
 def model_window(model_dir: str | Path) -> int:
     """The context window a model was trained for: its config's ``max_position_embeddings``."""
     return int(_model_config(model_dir)["max_position_embeddings"])
@@ -329,7 +349,9 @@ def _model_config(model_dir: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read the model's config: {exc}") from exc
     if "max_position_embeddings" not in config:
-        raise ConfigError(f"{path}: no max_position_embeddings; a context extension needs the trained window")
+        raise ConfigError(
+            f"{path}: no max_position_embeddings (the trained window); set engine.max_model_len for this model"
+        )
     return dict(config)
 
 
@@ -375,6 +397,7 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
         kwargs |= extension_kwargs(
             resolved.config.context_extension, resolved.model_path, engine.max_model_len
         )
+    kwargs |= prefill_kwargs(engine, kwargs.get("max_model_len") or model_window(resolved.model_path))
     if resolved.speculative_method == "ngram":
         spec = resolved.config.speculative
         assert spec is not None

@@ -1,9 +1,11 @@
 """The `long` tier (issue 18): the same weights served past their window by RoPE scaling.
 
 Unit: the extension's vLLM arguments. Integration: `tandem serve` with a tiny random Llama whose window is 256
-tokens, as `tiny-standard` and as `tiny-long` (YaRN x2): a 300-token prompt is a 400 naming the 256-token
-limit on the standard id and answered on the long one. vLLM refuses a max_model_len of 512 over a 256-token
-model unless the scaled RoPE configuration reached it, so the answer is evidence of both.
+tokens, as `tiny-standard` and as `tiny-long` (YaRN x16, 4,096 tokens): a 300-token prompt is a 400 naming
+the 256-token limit on the standard id and answered on the long one. vLLM refuses a max_model_len over a
+256-token model unless the scaled RoPE configuration reached it, so the answer is evidence of both. A seeded
+2,500-token prompt is answered too: longer than vLLM's default 2,048-token prefill chunk, it would kill a CPU
+engine that chunks it (the tiers prefill whole on CPU).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def test_a_prompt_past_the_window_is_served_only_by_the_long_tier(tmp_path: Path
             {
                 "name": "long",
                 "model_id": "tiny-long",
-                "context_extension": {"method": "yarn", "factor": 2},
+                "context_extension": {"method": "yarn", "factor": 16},
             },
         ],
         "server": {"host": "127.0.0.1", "port": port},
@@ -129,7 +131,14 @@ def test_a_prompt_past_the_window_is_served_only_by_the_long_tier(tmp_path: Path
         long = httpx.post(f"{base_url}/v1/chat/completions", json=body | {"model": "tiny-long"}, timeout=120)
         assert long.status_code == 200, long.text
         assert long.headers["x-tandem-tier"] == "long"
-        assert WINDOW < long.json()["usage"]["prompt_tokens"] <= 2 * WINDOW
+        assert WINDOW < long.json()["usage"]["prompt_tokens"] <= 16 * WINDOW
+        seeded = body | {"model": "tiny-long", "messages": [{"role": "user", "content": "word " * 2500}]}
+        sampled = httpx.post(
+            f"{base_url}/v1/chat/completions", json=seeded | {"temperature": 0.8, "seed": 7}, timeout=300
+        )
+        assert sampled.status_code == 200, sampled.text
+        assert sampled.json()["usage"]["prompt_tokens"] > 2048
+        assert httpx.get(f"{base_url}/health", timeout=30).status_code == 200  # the engine lived
     finally:
         serve.send_signal(signal.SIGTERM)
         try:

@@ -17,7 +17,7 @@ from serving.tiers import SpeculativeConfig, TierConfig, engine_kwargs, resolve_
 def _model_dir(tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     path.mkdir()
-    (path / "config.json").write_text("{}")
+    (path / "config.json").write_text('{"max_position_embeddings": 2048}')
     return path
 
 
@@ -130,7 +130,9 @@ def test_auto_skips_a_draft_expected_to_be_slower(registry: FileRegistry, tmp_pa
 def _eagle3_dir(tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     path.mkdir()
-    (path / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    (path / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLMEagle3"], "max_position_embeddings": 2048}'
+    )
     return path
 
 
@@ -192,3 +194,20 @@ def test_intel_openmp_is_preloaded_into_cpu_engines_only_when_asked(registry: Fi
     assert engine_env(EngineConfig(intel_openmp=False, env={"A": "1"})) == {"A": "1"}
     resolved = resolve_tier(TierConfig(name="standard", model_id="tandem-standard", model="toy@v1"), registry)
     assert to_llm_config(resolved).runtime_env["env_vars"]["LD_PRELOAD"].endswith("libiomp5.so")
+
+
+def test_cpu_engines_prefill_whole_prompts(registry: FileRegistry) -> None:
+    """vLLM 0.32 CPU kills the engine when a seeded request's prefill is chunked: CPU tiers never chunk."""
+    from infra.errors import ConfigError
+    from serving.tiers import EngineConfig
+
+    resolved = resolve_tier(TierConfig(name="standard", model_id="s", model="toy@v1"), registry)
+    kwargs = engine_kwargs(resolved)
+    assert kwargs["enable_chunked_prefill"] is False and kwargs["max_num_batched_tokens"] == 2048
+    sized = TierConfig(name="standard", model_id="s", model="toy@v1", engine=EngineConfig(max_model_len=512))
+    assert engine_kwargs(resolve_tier(sized, registry))["max_num_batched_tokens"] == 512
+    chunked = TierConfig(
+        name="standard", model_id="s", model="toy@v1", engine=EngineConfig(chunked_prefill=True)
+    )
+    with pytest.raises(ConfigError, match="seeded"):
+        engine_kwargs(resolve_tier(chunked, registry))
