@@ -18,9 +18,11 @@ bench_app = typer.Typer(
 
 
 def _register_package_benches() -> None:
+    from cli.bench_context import context_bench_command
     from cli.bench_fast import fast_bench_command
     from cli.bench_posttrain import posttrain_bench_command
 
+    bench_app.command("context")(context_bench_command)
     bench_app.command("fast")(fast_bench_command)
     bench_app.command("posttrain")(posttrain_bench_command)
 
