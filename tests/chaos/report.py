@@ -23,9 +23,10 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
         test = entry["scenario"].split("::")[-1]
         recovery = "" if entry["recovery_s"] is None else f"{entry['recovery_s']:g}"
         result = {True: "pass", False: "FAIL", None: "?"}[entry["passed"]]
+        detail = entry["detail"].replace("|", "\\|")  # a pipe would end the Markdown cell
         lines.append(
             f"| `{test}` | {entry['fault']} | {entry['requests']} | {entry['clean_errors']} | "
-            f"{entry['failures']} | {recovery} | {result} | {entry['detail']} |"
+            f"{entry['failures']} | {recovery} | {result} | {detail} |"
         )
     return "\n".join(lines)
 

@@ -204,6 +204,7 @@ def test_cpu_engines_prefill_whole_prompts(registry: FileRegistry) -> None:
     resolved = resolve_tier(TierConfig(name="standard", model_id="s", model="toy@v1"), registry)
     kwargs = engine_kwargs(resolved)
     assert kwargs["enable_chunked_prefill"] is False and kwargs["max_num_batched_tokens"] == 2048
+    assert kwargs["max_model_len"] == 2048  # the model's own window, spelled out for /v1/models
     sized = TierConfig(name="standard", model_id="s", model="toy@v1", engine=EngineConfig(max_model_len=512))
     assert engine_kwargs(resolve_tier(sized, registry))["max_num_batched_tokens"] == 512
     chunked = TierConfig(
