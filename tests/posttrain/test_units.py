@@ -56,7 +56,7 @@ def test_terminal_reference_script_passes_in_the_sandbox() -> None:
 
 
 def test_agent_family_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(UnsupportedFamily, match="supported: documents, terminal"):
+    with pytest.raises(UnsupportedFamily, match=r"supported: documents, (\w+, )*terminal\); agent episodes"):
         TaskPool(TaskPoolConfig(families=["agent"]))
 
 
