@@ -30,7 +30,9 @@ Base = Annotated[
 ]
 Tasks = Annotated[
     str,
-    typer.Option(help="Comma-separated task families with a rollout format (built in: documents, long_context, terminal)."),
+    typer.Option(
+        help="Comma-separated task families with a rollout format (built in: documents, long_context, terminal)."
+    ),
 ]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file with the stage's config.")]
 Steps = Annotated[int | None, typer.Option(help="Optimizer steps.")]
