@@ -42,7 +42,8 @@ typecheck: install
 test: install lint typecheck
 	$(VENV)/bin/pytest -q -ra --durations=25
 
-# Only the end-to-end rollouts (two real tandem serve runs on the bundled model, ~11 min; also in `make test`).
+# Only the end-to-end rollouts (real tandem serve runs on the bundled model, ~12 min; `make test` runs the good
+# candidate, `make chaos` the slow one as well).
 test-e2e: install
 	$(VENV)/bin/pytest -q -ra -m rollout_e2e
 
