@@ -19,9 +19,6 @@ import logging
 import math
 import os
 import random
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -31,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from bench import RESULTS_DIR
+from bench.engine_process import run_engine_process
 from infra.errors import TandemError
 from serving.tiers import EngineConfig, base_engine_kwargs, engine_env, model_window
 
@@ -235,23 +233,7 @@ def filler_token_ids(tokenizer: Any, tokens: int, seed: int) -> list[int]:
 
 
 def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="tandem-context-bench-") as scratch:
-        spec_path, result_path = Path(scratch) / "spec.json", Path(scratch) / "result.json"
-        spec_path.write_text(json.dumps(spec))
-        log.info("event=context_bench_engine label=%s", label)
-        completed = subprocess.run(
-            [sys.executable, "-m", "bench.context_engine", str(spec_path), str(result_path)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=Path(__file__).resolve().parent.parent,
-            env={**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"), **env},
-        )
-        if completed.returncode != 0 or not result_path.is_file():
-            raise ContextBenchError(
-                f"vLLM engine '{label}' failed (exit {completed.returncode}): {completed.stderr[-3000:]}"
-            )
-        return dict(json.loads(result_path.read_text()))
+    return run_engine_process("bench.context_engine", spec, label, env, timeout_s, ContextBenchError)
 
 
 def run_context_bench(

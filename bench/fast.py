@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from bench.engine_process import run_engine_process
 from distill.prompts import load_prompts
 from infra.errors import TandemError
 from infra.registry import open_registry
@@ -113,23 +113,7 @@ def variant_settings(variant: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="tandem-fast-bench-") as scratch:
-        spec_path, result_path = Path(scratch) / "spec.json", Path(scratch) / "result.json"
-        spec_path.write_text(json.dumps(spec))
-        log.info("event=fast_bench_engine label=%s", label)
-        completed = subprocess.run(
-            [sys.executable, "-m", "bench.fast_engine", str(spec_path), str(result_path)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=Path(__file__).resolve().parent.parent,
-            env={**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"), **env},
-        )
-        if completed.returncode != 0 or not result_path.is_file():
-            raise FastBenchError(
-                f"vLLM engine '{label}' failed (exit {completed.returncode}): {completed.stderr[-3000:]}"
-            )
-        return dict(json.loads(result_path.read_text()))
+    return run_engine_process("bench.fast_engine", spec, label, env, timeout_s, FastBenchError)
 
 
 def chat_token_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
