@@ -212,6 +212,21 @@ def wait_until_serving(
         time.sleep(1)
 
 
+def sigkill_when(process: subprocess.Popen[bytes], marker: Path, log: Path, timeout_s: float = 600) -> None:
+    """SIGKILL ``process``'s group once ``marker`` exists (a checkpoint sealed): no handler or ``finally`` runs.
+    Fails with the log's tail if the process ends first or ``marker`` does not appear in ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not marker.is_file():
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+
 @pytest.fixture(scope="session")
 def gateway(bundled_model_dir: Path) -> Iterator[Gateway]:
     """`tandem serve` in a subprocess, float32, with the fast tier speculating with the EAGLE-3 head shipped

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from infra.registry import FileRegistry
-from tests.conftest import REPO
+from tests.conftest import REPO, sigkill_when
 
 pytestmark = [pytest.mark.chaos, pytest.mark.chaos_full, pytest.mark.slow]
 
@@ -92,17 +92,7 @@ def test_sigkilled_distill_resumes_and_equals_an_uninterrupted_run(
     _finish(_start(config, tiny_teacher_registry, straight_dir, log), log)
 
     process = _start(config, tiny_teacher_registry, killed_dir, log)
-    checkpoint = killed_dir / "main" / "checkpoint.pt"
-    deadline = time.monotonic() + 600
-    try:
-        while not checkpoint.is_file():
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL
+    sigkill_when(process, killed_dir / "main" / "checkpoint.pt", log)
     killed_at = int(_state(killed_dir)["step"])
     assert killed_at < SETTINGS["steps"], "the run ended before the kill"
 

@@ -21,7 +21,7 @@ import yaml
 from safetensors.torch import load_file
 
 from posttrain.checkpoints import MANIFEST_NAME
-from tests.conftest import REPO
+from tests.conftest import REPO, sigkill_when
 
 pytestmark = [pytest.mark.chaos, pytest.mark.chaos_full, pytest.mark.slow]
 
@@ -86,17 +86,7 @@ def test_sigkilled_sft_resumes_and_equals_an_uninterrupted_run(
     _wait(_run(_command(config, tiny_model_dir, straight_dir), log), log)
 
     process = _run(_command(config, tiny_model_dir, killed_dir), log)
-    sealed = killed_dir / "checkpoint-2" / MANIFEST_NAME
-    deadline = time.monotonic() + 600
-    try:
-        while not sealed.is_file():
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL
+    sigkill_when(process, killed_dir / "checkpoint-2" / MANIFEST_NAME, log)
     assert not (killed_dir / "candidate" / "model.safetensors").exists()  # it died before the end
 
     started = time.monotonic()
