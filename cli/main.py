@@ -94,12 +94,24 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # click's own usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, _click_exceptions()):
             exc.show()
             sys.exit(exc.exit_code)
         raise
+
+
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage-error classes: typer >= 0.26 vendors click as ``typer._click``, so its errors are not ``click``'s."""
+    import click
+
+    classes: list[type[Exception]] = [click.ClickException]
+    try:
+        from typer._click.exceptions import ClickException as TyperClickException
+    except ImportError:  # an older typer that uses click itself
+        pass
+    else:
+        classes.append(TyperClickException)
+    return tuple(classes)
 
 
 if __name__ == "__main__":
