@@ -7,6 +7,7 @@ Each package contributes its commands from its own ``cli.py``; this module only 
 from __future__ import annotations
 
 import sys
+from typing import cast
 
 import typer
 from rich.console import Console
@@ -95,8 +96,11 @@ def main() -> None:
         raise
     except Exception as exc:  # click's own usage errors arrive here in non-standalone mode
         if isinstance(exc, _click_exceptions()):
-            exc.show()
-            sys.exit(exc.exit_code)
+            import click
+
+            usage_error = cast(click.ClickException, exc)  # the vendored class has click's interface
+            usage_error.show()
+            sys.exit(usage_error.exit_code)
         raise
 
 
