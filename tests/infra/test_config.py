@@ -23,6 +23,15 @@ def test_shipped_config_is_valid() -> None:
     assert fast is not None and fast.speculative is not None and fast.speculative.method == "auto"
 
 
+def test_the_shipped_long_tier_example_is_valid_once_uncommented(tmp_path: Path) -> None:
+    text = DEFAULT_CONFIG_PATH.read_text()
+    example = text.replace("  # - name: long", "  - name: long").replace("  #   ", "    ")
+    assert example != text, "the commented `long` tier example is gone from infra/tandem.yaml"
+    long = load_config(_write(tmp_path, example)).tier("long")
+    assert long is not None and long.model_id == "tandem-long"
+    assert long.context_extension is not None and long.context_extension.factor == 2
+
+
 def test_tiers_inherit_model_and_engine() -> None:
     config = TandemConfig.model_validate(
         {
