@@ -25,9 +25,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP) system-deps
 
 # bubblewrap is the eval sandbox; PostgreSQL (initdb, pg_ctl) runs the gateway's key-store tests; promtool
-# (Debian's prometheus) checks the alert rules and runs their rule unit tests.
+# (Debian's prometheus) checks the alert rules and runs their rule unit tests; chromium + chromium-driver run the
+# review page's browser test (selenium).
 system-deps:
-	@{ command -v bwrap >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }; } || { (apt-get update -qq && apt-get install -y -qq bubblewrap postgresql prometheus) >/dev/null || echo "warning: could not install bubblewrap/postgresql/prometheus; sandboxed evals, PostgreSQL and promtool tests will be skipped"; }
+	@{ command -v bwrap >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }; } || { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap postgresql prometheus chromium chromium-driver) >/dev/null || echo "warning: could not install bubblewrap/postgresql/prometheus/chromium; sandboxed evals, PostgreSQL, promtool and browser tests will be skipped"; }
 
 serve: install
 	$(VENV)/bin/tandem serve --host $(HOST) --port $(PORT)

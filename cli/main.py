@@ -63,6 +63,14 @@ def _register() -> None:
 
     app.add_typer(bench_app, name="bench")
 
+    from feedback.review.cli import review_app
+
+    app.add_typer(review_app, name="review")
+
+    from feedback.cli import traffic_app
+
+    app.add_typer(traffic_app, name="traffic")
+
 
 _register()
 

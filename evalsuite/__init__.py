@@ -1,6 +1,7 @@
 """Tandem's eval suite: a registry of eval families (built in: terminal, documents, agent, long_context; one folder each
-under ``evalsuite/families``), seeded generators with disjoint splits, verifiers usable as RL rewards, the
-``bwrap`` sandbox provider and the paired release gate.
+under ``evalsuite/families``, and the replay family traffic, which replays private eval sets built from captured
+gateway traffic), seeded generators with disjoint splits, verifiers usable as RL rewards, the ``bwrap`` sandbox
+provider and the paired release gate.
 
 This ``__init__`` stays light (no Inspect import): the registry, generators and verifiers are plain Python.
 Inspect-facing pieces live in each family's ``task`` module, ``evalsuite.sandbox``, ``evalsuite.runner``.
@@ -8,7 +9,18 @@ Inspect-facing pieces live in each family's ``task`` module, ``evalsuite.sandbox
 
 from evalsuite.errors import EvalError, GateError, GeneratorError, SandboxError
 from evalsuite.generators import DEFAULT_ROTATION_KEY, generate_instance, generate_instances, task_types
-from evalsuite.registry import ENTRY_POINT_GROUP, EvalFamily, eval_family, families, family_names, get_family
+from evalsuite.registry import (
+    ENTRY_POINT_GROUP,
+    EvalFamily,
+    ReplayFamily,
+    eval_family,
+    families,
+    family_names,
+    get_family,
+    get_replay_family,
+    replay_family,
+    replay_family_names,
+)
 from evalsuite.schema import (
     DIFFICULTIES,
     SPLITS,
@@ -32,6 +44,7 @@ __all__ = [
     "Family",
     "GateError",
     "GeneratorError",
+    "ReplayFamily",
     "SandboxError",
     "Split",
     "TaskInstance",
@@ -43,6 +56,9 @@ __all__ = [
     "generate_instance",
     "generate_instances",
     "get_family",
+    "get_replay_family",
+    "replay_family",
+    "replay_family_names",
     "task_types",
     "verify",
 ]

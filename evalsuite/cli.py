@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 
@@ -29,14 +30,28 @@ def eval_command(
     max_tasks: int | None = typer.Option(
         None, "--max-tasks", min=1, help="Families run at once (default: all of them)."
     ),
+    traffic_set: str | None = typer.Option(
+        None,
+        "--traffic-set",
+        help="Eval set the 'traffic' family replays (traffic-NAME@PERIOD, from `tandem traffic build-set`).",
+    ),
+    family_option: list[str] | None = typer.Option(
+        None,
+        "--family-option",
+        "-O",
+        help="Option of a replay family, FAMILY.OPTION=VALUE (repeatable), e.g. traffic.registry=s3://bucket/r.",
+    ),
 ) -> None:
     """Run the eval suite against a model and write Inspect logs; exit 1 if any task did not complete."""
     from evalsuite.runner import run_eval
 
     chosen = [f.strip() for f in families.split(",") if f.strip()] if families else None
+    options = _family_options(family_option or [])
+    if traffic_set:
+        options.setdefault("traffic", {})["set"] = traffic_set
     paths = run_eval(model, chosen, split, limit, base_url,
                      log_dir, seed, difficulty, rotation_key, max_samples, max_tokens=max_tokens,
-                     max_tasks=max_tasks)  # fmt: skip
+                     max_tasks=max_tasks, family_options=options)  # fmt: skip
     from inspect_ai.log import read_eval_log
 
     failed = 0
@@ -48,20 +63,42 @@ def eval_command(
         raise typer.Exit(code=1)
 
 
+def _family_options(pairs: list[str]) -> dict[str, dict[str, str]]:
+    """``FAMILY.OPTION=VALUE`` strings as ``{family: {option: value}}``; EvalError for a malformed one."""
+    from evalsuite.errors import EvalError
+
+    options: dict[str, dict[str, str]] = {}
+    for pair in pairs:
+        target, equals, value = pair.partition("=")
+        family, dot, option = target.partition(".")
+        if not (equals and dot and family and option):
+            raise EvalError(
+                f"--family-option {pair!r}: expected FAMILY.OPTION=VALUE, e.g. traffic.set=traffic-x@2026-01"
+            )
+        options.setdefault(family.strip(), {})[option.strip()] = value
+    return options
+
+
 def gate_command(
     candidate: Path = typer.Option(..., "--candidate", help="Candidate Inspect log file or directory."),
     baseline: Path = typer.Option(..., "--baseline", help="Baseline Inspect log file or directory."),
     policy: Path = typer.Option(Path("infra/gate.yaml"), "--policy", help="Gate policy YAML."),
     report_dir: Path = typer.Option(Path("reports/gate"), "--report-dir", help="Where the reports go."),
+    human_preference: Path | None = typer.Option(
+        None,
+        "--human-preference",
+        help="Blind-review summary JSON (`tandem review export --out`): adds the human-preference row.",
+    ),
 ) -> None:
     """Paired release gate: exit 0 pass, 1 fail, 2 error (TandemError)."""
     from evalsuite.gate_report import VERDICT_FILE
     from evalsuite.runner import run_gate
 
-    verdict, markdown, page = run_gate(candidate, baseline, policy, report_dir)
+    verdict, markdown, page = run_gate(candidate, baseline, policy, report_dir, human_preference)
     for check in verdict.checks:
         mark = "[green]PASS[/]" if check.passed else "[red]FAIL[/]"
-        console.print(f"{mark} {check.name}: {check.reason}")
+        # Check names hold brackets ("documents [a vs b]"): text, not rich markup.
+        console.print(f"{mark} {escape(check.name)}: {escape(check.reason)}")
     console.print(f"report: {markdown} and {page}; verdict: {markdown.parent / VERDICT_FILE}")
     if not verdict.passed:
         raise typer.Exit(code=1)

@@ -4,6 +4,8 @@ Statistics: the mean paired difference (candidate - baseline) with a percentile 
 interval over samples; for binary outcomes also the exact McNemar test on the discordant pairs. A family
 passes non-inferiority when the interval's lower bound is above ``-margin`` and it has ``min_samples``
 pairs. Parity requires the candidate's fast and standard tiers to differ by less than ``margin`` either way.
+The optional human-preference row (a blind-review summary, :mod:`evalsuite.human_preference`) is non-inferior when
+the candidate's win rate (ties half) has its lower bound at least ``0.5 - non_inferiority_margin``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from evalsuite.errors import GateError
+from evalsuite.human_preference import (
+    HumanPreferencePolicy,
+    HumanPreferenceResult,
+    HumanPreferenceSummary,
+    win_rate_interval,
+)
 from evalsuite.registry import family_names
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,10 @@ class GatePolicy(BaseModel):
         description="Families the gate checks, with their thresholds (default: every registered family).",
     )
     parity: ParityPolicy = Field(default_factory=ParityPolicy)
+    human_preference: HumanPreferencePolicy = Field(
+        default_factory=HumanPreferencePolicy,
+        description="Blind-review row: reported when a summary is given; required makes it a release condition.",
+    )
 
     @field_validator("families")
     @classmethod
@@ -82,12 +94,15 @@ class PairedComparison(BaseModel):
 
 class GateCheck(BaseModel):
     name: str
-    kind: Literal["non_inferiority", "parity", "coverage"]
+    kind: Literal["non_inferiority", "parity", "coverage", "human_preference"]
     family: str
     passed: bool
     reason: str
     margin: float = 0.0
     comparison: PairedComparison | None = None
+    preference: HumanPreferenceResult | None = Field(
+        default=None, description="The human-preference row's figures (kind human_preference only)."
+    )
 
 
 class GateVerdict(BaseModel):
@@ -198,9 +213,13 @@ def _model_pairs(candidate: list[str], baseline: list[str]) -> list[tuple[str, s
 
 
 def evaluate_gate(
-    candidate: list[SampleOutcome], baseline: list[SampleOutcome], policy: GatePolicy
+    candidate: list[SampleOutcome],
+    baseline: list[SampleOutcome],
+    policy: GatePolicy,
+    human_preference: HumanPreferenceSummary | None = None,
 ) -> GateVerdict:
-    """Apply ``policy`` to candidate and baseline outcomes; pure, so tests need no logs."""
+    """Apply ``policy`` to candidate and baseline outcomes (and a blind-review summary, when given or
+    required); pure, so tests need no logs."""
     cand, base = _by(candidate), _by(baseline)
     if not cand or not base:
         raise GateError("candidate and baseline logs must both contain scored evalsuite samples")
@@ -224,6 +243,8 @@ def evaluate_gate(
             checks.append(GateCheck(name=name, kind="non_inferiority", family=family, passed=ok,
                                     margin=family_policy.margin, comparison=comparison, reason=reason))  # fmt: skip
     checks += _parity_checks(cand, policy)
+    if human_preference is not None or policy.human_preference.required:
+        checks.append(human_preference_check(human_preference, policy))
     verdict = GateVerdict(passed=all(c.passed for c in checks), checks=checks, candidate_models=sorted(cand),
                           baseline_models=sorted(base), policy=policy)  # fmt: skip
     log.info("event=gate_verdict passed=%s checks=%d failed=%d", verdict.passed, len(checks),
@@ -254,6 +275,42 @@ def _parity_checks(cand: dict[str, dict[str, list[SampleOutcome]]], policy: Gate
         checks.append(GateCheck(name=f"parity {family}", kind="parity", family=family, passed=ok,
                                 margin=parity.margin, comparison=comparison, reason=reason))  # fmt: skip
     return checks
+
+
+def human_preference_check(summary: HumanPreferenceSummary | None, policy: GatePolicy) -> GateCheck:
+    """The human-preference row: non-inferior when the win rate's lower bound reaches ``0.5 - margin``.
+
+    The interval is recomputed from the per-pair scores at the policy's confidence, resamples and seed, so the
+    row does not depend on how the file was written. Not required, the row is reported and always passes.
+    """
+    settings = policy.human_preference
+    margin, threshold = settings.non_inferiority_margin, 0.5 - settings.non_inferiority_margin
+    optional = "" if settings.required else " (human preference optional: not a release condition)"
+    if summary is None:
+        return GateCheck(name="human preference", kind="human_preference", family="*", passed=False, margin=margin,
+                         reason="required, but no human-preference summary was given (--human-preference FILE)")  # fmt: skip
+    name = f"human preference [{summary.session_id}]"
+    scores = [pair.score for pair in summary.pairs if pair.n_votes]
+    result = HumanPreferenceResult(
+        session_id=summary.session_id, n_pairs=len(scores), n_votes=summary.n_votes,
+        reviewers=summary.reviewers, win_rate=None, ci_low=None, ci_high=None, threshold=threshold,
+        fleiss_kappa=summary.fleiss_kappa,
+    )  # fmt: skip
+    if len(scores) < settings.min_pairs:
+        return GateCheck(name=name, kind="human_preference", family="*", passed=not settings.required,
+                         margin=margin, preference=result,
+                         reason=f"{len(scores)} reviewed pairs < minimum {settings.min_pairs}{optional}")  # fmt: skip
+    rate, low, high = win_rate_interval(scores, policy.confidence, policy.bootstrap_resamples, policy.seed)
+    result = result.model_copy(update={"win_rate": rate, "ci_low": low, "ci_high": high})
+    ok = low >= threshold
+    kappa = "n/a" if summary.fleiss_kappa is None else f"{summary.fleiss_kappa:.2f}"
+    reason = (
+        f"candidate win rate {rate:.3f} (ties half), {policy.confidence:.0%} CI [{low:.3f}, {high:.3f}] "
+        f"{'at or above' if ok else 'reaches below'} 0.5 - margin = {threshold:.3f} on {len(scores)} pairs, "
+        f"{summary.reviewers} reviewers, Fleiss kappa {kappa}{optional}"
+    )
+    return GateCheck(name=name, kind="human_preference", family="*", passed=ok or not settings.required,
+                     margin=margin, preference=result, reason=reason)  # fmt: skip
 
 
 def load_policy(path: str | Path) -> GatePolicy:

@@ -11,13 +11,16 @@ from evalsuite.gate import GateCheck, GateVerdict
 
 
 def _row(check: GateCheck) -> str:
-    c = check.comparison
-    stats = (
-        f"{c.n} | {c.mean_a:.3f} | {c.mean_b:.3f} | {c.diff:+.3f} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | "
-        f"{c.discordant_a_only}/{c.discordant_b_only} (p={c.mcnemar_p:.3g})"
-        if c
-        else "- | - | - | - | - | -"
-    )
+    c, h = check.comparison, check.preference
+    if c:
+        stats = (
+            f"{c.n} | {c.mean_a:.3f} | {c.mean_b:.3f} | {c.diff:+.3f} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | "
+            f"{c.discordant_a_only}/{c.discordant_b_only} (p={c.mcnemar_p:.3g})"
+        )
+    elif h and h.win_rate is not None and h.ci_low is not None and h.ci_high is not None:
+        stats = f"{h.n_pairs} | {h.win_rate:.3f} | 0.500 | {h.win_rate - 0.5:+.3f} | [{h.ci_low:.3f}, {h.ci_high:.3f}] | -"
+    else:
+        stats = "- | - | - | - | - | -"
     return (
         f"| {'PASS' if check.passed else 'FAIL'} | {check.name} | {check.kind} | {stats} | {check.reason} |"
     )
@@ -40,9 +43,35 @@ def render_markdown(verdict: GateVerdict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
         *[_row(c) for c in verdict.checks],
         "",
-        "a = candidate (parity: fast tier), b = baseline (parity: standard tier).",
+        "a = candidate (parity: fast tier), b = baseline (parity: standard tier); human preference: a = the "
+        "candidate's blind-review win rate (ties half), b = 0.5, CI = the win rate's (bootstrap over pairs).",
+        *_preference_markdown(verdict),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _kappa(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _preference_markdown(verdict: GateVerdict) -> list[str]:
+    """The human-preference section: one row per blind-review summary the gate read."""
+    rows = [c for c in verdict.checks if c.kind == "human_preference"]
+    if not rows:
+        return []
+    lines = ["", "## Human preference (blind review)", "",
+             "| result | session | pairs | votes | reviewers | win rate | CI | Fleiss kappa | pass at |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for check in rows:
+        h = check.preference
+        if h is None:
+            lines.append(f"| {'PASS' if check.passed else 'FAIL'} | - | - | - | - | - | - | - | - |")
+            continue
+        rate = "-" if h.win_rate is None else f"{h.win_rate:.3f}"
+        ci = "-" if h.ci_low is None or h.ci_high is None else f"[{h.ci_low:.3f}, {h.ci_high:.3f}]"
+        lines.append(f"| {'PASS' if check.passed else 'FAIL'} | {h.session_id} | {h.n_pairs} | {h.n_votes} | "
+                     f"{h.reviewers} | {rate} | {ci} | {_kappa(h.fleiss_kappa)} | CI low >= {h.threshold:.3f} |")  # fmt: skip
+    return lines
 
 
 def _label(check: GateCheck) -> str:
@@ -104,6 +133,16 @@ def _chart(checks: list[GateCheck], family: str) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+def _html_effect(check: GateCheck) -> str:
+    """The a - b cell: the paired difference, or for the human-preference row the win rate and its CI."""
+    if check.comparison:
+        return f"{check.comparison.diff:+.3f}"
+    h = check.preference
+    if h and h.win_rate is not None and h.ci_low is not None and h.ci_high is not None:
+        return f"win rate {h.win_rate:.3f} [{h.ci_low:.3f}, {h.ci_high:.3f}], kappa {_kappa(h.fleiss_kappa)}"
+    return "-"
+
+
 def render_html(verdict: GateVerdict) -> str:
     """A self-contained page: verdict banner, reasons, a chart per family (embedded PNG), the table."""
     families = sorted({c.family for c in verdict.checks if c.comparison is not None})
@@ -115,8 +154,8 @@ def render_html(verdict: GateVerdict) -> str:
     rows = "".join(
         f"<tr class={'pass' if c.passed else 'fail'}><td>{'PASS' if c.passed else 'FAIL'}</td>"
         f"<td>{html.escape(c.name)}</td><td>{c.kind}</td>"
-        f"<td>{c.comparison.n if c.comparison else '-'}</td>"
-        f"<td>{f'{c.comparison.diff:+.3f}' if c.comparison else '-'}</td>"
+        f"<td>{c.comparison.n if c.comparison else c.preference.n_pairs if c.preference else '-'}</td>"
+        f"<td>{_html_effect(c)}</td>"
         f"<td>{html.escape(c.reason)}</td></tr>"
         for c in verdict.checks
     )

@@ -12,6 +12,11 @@ Everything that needs the list of families (schema validation, generators, ``ver
 ``tandem eval``, the gate, post-training's pool) asks this module, so a new family is never an edit there.
 Discovery is lazy and imports no Inspect: a family's Inspect task is named as ``"module:function"`` and
 imported only when a run needs it.
+
+A *replay* family (:func:`replay_family`, e.g. ``traffic``) replays a published eval set instead of generating
+instances. It runs only when named (``tandem eval --families traffic --traffic-set REF``) with its options;
+it is not one of :func:`family_names` (the generated suite that the gate, post-training and a default
+``tandem eval`` use).
 """
 
 from __future__ import annotations
@@ -73,7 +78,39 @@ class EvalFamily:
         return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True)
+class ReplayFamily:
+    """A registered replay family: an Inspect task over a published eval set, with named options."""
+
+    name: str
+    task: str
+    """``"module:function"`` of its Inspect ``@task``, called with ``split``, ``n``, ``seed`` and the options."""
+    options: dict[str, str] = field(default_factory=dict)
+    """Option name -> help; ``tandem eval`` passes them as ``--family-option NAME.OPTION=VALUE``."""
+    required: tuple[str, ...] = ()
+    """Options a run must give."""
+
+    def load_task(self) -> Callable[..., Any]:
+        """The family's Inspect task function (imports Inspect)."""
+        module, _, function = self.task.partition(":")
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """GeneratorError naming the option when one is unknown or a required one is missing."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise GeneratorError(
+                f"family {self.name!r} has no option {unknown[0]!r} (options: {', '.join(sorted(self.options))})"
+            )
+        missing = [name for name in self.required if options.get(name) in (None, "")]
+        if missing:
+            raise GeneratorError(
+                f"family {self.name!r} needs the option {missing[0]!r}: {self.options[missing[0]]}"
+            )
+
+
 _FAMILIES: dict[str, EvalFamily] = {}
+_REPLAY_FAMILIES: dict[str, ReplayFamily] = {}
 _discovered = False
 
 
@@ -105,6 +142,34 @@ def eval_family(
         return verify
 
     return register
+
+
+def replay_family(
+    name: str, *, task: str, options: dict[str, str] | None = None, required: tuple[str, ...] = ()
+) -> ReplayFamily:
+    """Register the replay family ``name`` (called from the family's ``__init__``); returns it."""
+    if ":" not in task:
+        raise GeneratorError(f"replay family {name!r}: task must be 'module:function', got {task!r}")
+    family = ReplayFamily(name=name, task=task, options=dict(options or {}), required=required)
+    known = _REPLAY_FAMILIES.get(name)
+    if name in _FAMILIES or (known is not None and known.task != task):
+        raise GeneratorError(f"eval family {name!r} is registered twice")
+    _REPLAY_FAMILIES[name] = family
+    return family
+
+
+def replay_family_names() -> tuple[str, ...]:
+    """Every registered replay family, sorted by name."""
+    _discover()
+    return tuple(sorted(_REPLAY_FAMILIES))
+
+
+def get_replay_family(name: str) -> ReplayFamily:
+    """The registered replay family ``name``; GeneratorError when there is none."""
+    _discover()
+    if name not in _REPLAY_FAMILIES:
+        raise GeneratorError(f"unknown replay family {name!r} (allowed: {', '.join(replay_family_names())})")
+    return _REPLAY_FAMILIES[name]
 
 
 def _discover() -> None:

@@ -11,7 +11,7 @@ from evalsuite.errors import EvalError
 from evalsuite.gate import GateVerdict, evaluate_gate, load_policy, read_outcomes
 from evalsuite.gate_report import write_reports
 from evalsuite.generators import DEFAULT_ROTATION_KEY
-from evalsuite.registry import family_names, get_family
+from evalsuite.registry import family_names, get_family, get_replay_family, replay_family_names
 from evalsuite.schema import DIFFICULTIES, SPLITS
 
 log = logging.getLogger(__name__)
@@ -43,21 +43,40 @@ def build_tasks(
     seed: int = 0,
     difficulty: str | None = None,
     rotation_key: str = DEFAULT_ROTATION_KEY,
+    family_options: dict[str, dict[str, Any]] | None = None,
 ) -> list[Any]:
-    """Inspect ``Task`` objects for ``families`` (``limit`` samples each), from the family registry."""
-    unknown = [f for f in families if f not in family_names()]
+    """Inspect ``Task`` objects for ``families`` (``limit`` samples each), from the family registry.
+
+    ``family_options`` gives a replay family (``traffic``) its options, e.g. ``{"traffic": {"set": REF}}``.
+    """
+    known = (*family_names(), *replay_family_names())
+    unknown = [f for f in families if f not in known]
     if unknown:
-        raise EvalError(f"unknown families {unknown} (allowed: {', '.join(family_names())})")
+        raise EvalError(f"unknown families {unknown} (allowed: {', '.join(sorted(known))})")
+    family_options = family_options or {}
+    stray = sorted(set(family_options) - set(families))
+    if stray:
+        raise EvalError(
+            f"options given for {stray[0]!r}, which is not among the families run ({', '.join(families)})"
+        )
     if split not in SPLITS:
         raise EvalError(f"unknown split {split!r} (allowed: {', '.join(SPLITS)})")
     if difficulty is not None and difficulty not in DIFFICULTIES:
         raise EvalError(f"unknown difficulty {difficulty!r} (allowed: {', '.join(DIFFICULTIES)})")
-    return [
-        get_family(f).load_task()(
-            split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key
+    tasks = []
+    for f in families:
+        if f in replay_family_names():
+            replay = get_replay_family(f)
+            options = family_options.get(f, {})
+            replay.check_options(options)
+            tasks.append(replay.load_task()(split=split, n=limit, seed=seed, **options))
+            continue
+        tasks.append(
+            get_family(f).load_task()(
+                split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key
+            )
         )
-        for f in families
-    ]
+    return tasks
 
 
 def run_eval(
@@ -74,12 +93,15 @@ def run_eval(
     display: str = "none",
     max_tokens: int = 512,
     max_tasks: int | None = None,
+    family_options: dict[str, dict[str, Any]] | None = None,
 ) -> list[Path]:
-    """Evaluate ``model`` (name or Inspect ``Model``) on ``families`` (default: every registered family);
-    returns the Inspect log files written."""
+    """Evaluate ``model`` (name or Inspect ``Model``) on ``families`` (default: every registered generated
+    family; a replay family such as ``traffic`` runs only when named, with ``family_options``); returns the
+    Inspect log files written."""
     from inspect_ai import eval as inspect_eval
 
-    tasks = build_tasks(list(families or family_names()), split, limit, seed, difficulty, rotation_key)
+    tasks = build_tasks(list(families or family_names()), split, limit, seed, difficulty, rotation_key,
+                        family_options)  # fmt: skip
     resolved = resolve_model(model, base_url) if isinstance(model, str) else model
     # Without a cap an OpenAI-compatible server may decode up to the whole context window per turn.
     # Families run side by side by default: a served model batches their requests, one at a time idles it.
@@ -127,8 +149,13 @@ def run_gate(
     baseline: str | Path,
     policy: str | Path = "infra/gate.yaml",
     report_dir: str | Path = "reports/gate",
+    human_preference: str | Path | None = None,
 ) -> tuple[GateVerdict, Path, Path]:
-    """Read both sets of logs, apply the policy, write the Markdown and HTML reports."""
-    verdict = evaluate_gate(read_outcomes(candidate), read_outcomes(baseline), load_policy(policy))
+    """Read both sets of logs (and the blind-review summary, when given), apply the policy, write the Markdown
+    and HTML reports."""
+    from evalsuite.human_preference import load_human_preference
+
+    summary = load_human_preference(human_preference) if human_preference is not None else None
+    verdict = evaluate_gate(read_outcomes(candidate), read_outcomes(baseline), load_policy(policy), summary)
     markdown, page = write_reports(verdict, report_dir)
     return verdict, markdown, page

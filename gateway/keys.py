@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "tk-"
 TIERS = ("standard", "fast", "long")
+INFERENCE_SCOPE = "inference"
+REVIEW_SCOPE = "review"
+SCOPES = (INFERENCE_SCOPE, REVIEW_SCOPE)
+DEFAULT_SCOPES = (INFERENCE_SCOPE,)
 _KEY_ID_CHARS = 8
 
 
@@ -70,6 +74,16 @@ class KeyRecord(BaseModel):
     expires_at: datetime | None = None
     revoked: bool = False
     created_at: datetime
+    capture_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of this key's chat requests captured (de-identified) for eval sets; 0 is off.",
+    )
+    scopes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SCOPES),
+        description="What the key may do: 'inference' (the OpenAI endpoints), 'review' (the blind-review page).",
+    )
 
     def allows_tier(self, tier: str) -> bool:
         return self.tiers is None or tier in self.tiers
@@ -78,6 +92,17 @@ class KeyRecord(BaseModel):
         return self.expires_at is not None and self.expires_at.timestamp() <= (
             time.time() if now is None else now
         )
+
+    def require_scope(self, scope: str) -> None:
+        """403 ``scope_not_allowed`` unless this key carries ``scope``."""
+        if scope not in self.scopes:
+            granted = ", ".join(self.scopes) or "none"
+            raise PermissionDenied(
+                f"This API key does not carry the {scope!r} scope (its scopes: {granted}); create a key with "
+                f"`tandem keys create --scope {scope}`.",
+                param=None,
+                code="scope_not_allowed",
+            )
 
     def require_tier(self, tier: str) -> None:
         """403 unless this key may use ``tier``; 'auto' needs at least one allowed tier."""
@@ -127,7 +152,9 @@ _SCHEMA = [
         tokens_per_minute INTEGER,
         expires_at DOUBLE PRECISION,
         revoked INTEGER NOT NULL DEFAULT 0,
-        created_at DOUBLE PRECISION NOT NULL
+        created_at DOUBLE PRECISION NOT NULL,
+        capture_rate DOUBLE PRECISION NOT NULL DEFAULT 0,
+        scopes TEXT
     )""",
     """CREATE TABLE IF NOT EXISTS tandem_rate_buckets (
         key_id TEXT NOT NULL,
@@ -138,19 +165,35 @@ _SCHEMA = [
     )""",
 ]
 
+# Columns added after the first release: a store created before them gains them at open (NULL scopes read
+# as the default ["inference"], so existing keys keep working unchanged).
+_ADDED_COLUMNS = {
+    "capture_rate": "DOUBLE PRECISION NOT NULL DEFAULT 0",
+    "scopes": "TEXT",
+}
+
 _COLUMNS = (
     "key_id, name, owner, tiers, tools, requests_per_minute, tokens_per_minute, expires_at, revoked, "
-    "created_at"
+    "created_at, capture_rate, scopes"
 )
 
 
 def ensure_schema(database: Database) -> None:
+    """Create the key and bucket tables, and add any column a store from an older release lacks."""
     with database.transaction(write=True) as cursor:
         if database.dialect == "postgresql":
             # Concurrent replicas may create the tables at once; serialise on an advisory lock.
             cursor.execute(f"SELECT pg_advisory_xact_lock({database.param})", (0x7A4D,))
         for statement in _SCHEMA:
             cursor.execute(statement)
+        for column, definition in _ADDED_COLUMNS.items():
+            if database.dialect == "postgresql":
+                cursor.execute(f"ALTER TABLE tandem_api_keys ADD COLUMN IF NOT EXISTS {column} {definition}")
+            else:
+                cursor.execute("PRAGMA table_info(tandem_api_keys)")
+                if column not in {row[1] for row in cursor.fetchall()}:
+                    cursor.execute(f"ALTER TABLE tandem_api_keys ADD COLUMN {column} {definition}")
+                    log.info("event=key_store_migrated column=%s", column)
 
 
 def _timestamp(value: float | None) -> datetime | None:
@@ -169,7 +212,23 @@ def _record(row: Sequence[Any]) -> KeyRecord:
         expires_at=_timestamp(row[7]),
         revoked=bool(row[8]),
         created_at=_timestamp(row[9]) or datetime.now(UTC),
+        capture_rate=float(row[10] or 0.0),
+        scopes=json.loads(row[11]) if row[11] is not None else list(DEFAULT_SCOPES),
     )
+
+
+def check_key_settings(capture_rate: float | None, scopes: Sequence[str] | None) -> None:
+    """ConfigError for a capture rate outside [0, 1] or an unknown or empty scope list."""
+    if capture_rate is not None and not 0.0 <= capture_rate <= 1.0:
+        raise ConfigError(
+            f"key capture_rate must be between 0 (off) and 1 (every request), got {capture_rate}"
+        )
+    if scopes is not None:
+        unknown = sorted(set(scopes) - set(SCOPES))
+        if unknown:
+            raise ConfigError(f"key scopes: unknown {unknown} (allowed: {', '.join(SCOPES)})")
+        if not scopes:
+            raise ConfigError(f"key scopes: a key needs at least one scope (allowed: {', '.join(SCOPES)})")
 
 
 # -- the store --------------------------------------------------------------------------------------
@@ -188,13 +247,20 @@ class KeyStore(Protocol):
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
         expires_at: datetime | None = None,
+        capture_rate: float = 0.0,
+        scopes: Sequence[str] | None = None,
     ) -> CreatedKey: ...
 
     def get(self, key_id_or_name: str) -> KeyRecord: ...
     def list(self, *, include_revoked: bool = True) -> list[KeyRecord]: ...
     def revoke(self, key_id_or_name: str) -> KeyRecord: ...
+    def update(
+        self, key_id_or_name: str, *, capture_rate: float | None = None, scopes: Sequence[str] | None = None
+    ) -> KeyRecord: ...
     def lookup(self, plain_key: str) -> KeyRecord | None: ...
-    def authenticate(self, authorization: str | None, tier: str) -> KeyRecord: ...
+    def authenticate(
+        self, authorization: str | None, tier: str, scope: str = INFERENCE_SCOPE
+    ) -> KeyRecord: ...
     def close(self) -> None: ...
 
 
@@ -215,10 +281,17 @@ class SQLKeyStore:
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
         expires_at: datetime | None = None,
+        capture_rate: float = 0.0,
+        scopes: Sequence[str] | None = None,
     ) -> CreatedKey:
-        """Create a key; the returned ``CreatedKey.key`` is the only copy of the plain key."""
+        """Create a key; the returned ``CreatedKey.key`` is the only copy of the plain key.
+
+        ``capture_rate`` (0 = off) samples the key's chat traffic for eval sets (``gateway.capture``);
+        ``scopes`` defaults to ["inference"].
+        """
         if not name.strip():
             raise ConfigError("key name must not be empty")
+        check_key_settings(capture_rate, scopes)
         unknown = sorted(set(tiers or ()) - set(TIERS))
         if unknown:
             raise ConfigError(f"key tiers: unknown {unknown} (allowed: {', '.join(TIERS)})")
@@ -237,7 +310,7 @@ class SQLKeyStore:
                 raise KeyExists(f"a key named {name!r} already exists")
             plain = generate_key()
             cursor.execute(
-                f"INSERT INTO tandem_api_keys ({_COLUMNS}, key_hash) VALUES ({', '.join([p] * 11)})",
+                f"INSERT INTO tandem_api_keys ({_COLUMNS}, key_hash) VALUES ({', '.join([p] * 13)})",
                 (
                     key_id_of(plain),
                     name,
@@ -249,6 +322,8 @@ class SQLKeyStore:
                     expires_at.timestamp() if expires_at else None,
                     0,
                     time.time(),
+                    capture_rate,
+                    json.dumps(sorted(set(scopes if scopes is not None else DEFAULT_SCOPES))),
                     hash_key(plain),
                 ),
             )
@@ -286,6 +361,33 @@ class SQLKeyStore:
         log.info("event=key_revoked key_id=%s name=%r", record.key_id, record.name)
         return record
 
+    def update(
+        self, key_id_or_name: str, *, capture_rate: float | None = None, scopes: Sequence[str] | None = None
+    ) -> KeyRecord:
+        """Change a key's capture rate and/or scopes (None leaves a setting as it is)."""
+        check_key_settings(capture_rate, scopes)
+        record = self.get(key_id_or_name)
+        p = self.database.param
+        with self.database.transaction(write=True) as cursor:
+            if capture_rate is not None:
+                cursor.execute(
+                    f"UPDATE tandem_api_keys SET capture_rate = {p} WHERE key_id = {p}",
+                    (capture_rate, record.key_id),
+                )
+            if scopes is not None:
+                cursor.execute(
+                    f"UPDATE tandem_api_keys SET scopes = {p} WHERE key_id = {p}",
+                    (json.dumps(sorted(set(scopes))), record.key_id),
+                )
+        updated = self.get(record.key_id)
+        log.info(
+            "event=key_updated key_id=%s capture_rate=%s scopes=%s",
+            updated.key_id,
+            updated.capture_rate,
+            ",".join(updated.scopes),
+        )
+        return updated
+
     def lookup(self, plain_key: str) -> KeyRecord | None:
         with self.database.transaction() as cursor:
             cursor.execute(
@@ -295,11 +397,11 @@ class SQLKeyStore:
             row = cursor.fetchone()
         return None if row is None else _record(row)
 
-    def authenticate(self, authorization: str | None, tier: str) -> KeyRecord:
-        """The key in an ``Authorization: Bearer ...`` header, checked for ``tier``.
+    def authenticate(self, authorization: str | None, tier: str, scope: str = INFERENCE_SCOPE) -> KeyRecord:
+        """The key in an ``Authorization: Bearer ...`` header, checked for ``scope`` and ``tier``.
 
         Raises AuthenticationError (401) for a missing, malformed, unknown, revoked or expired key and
-        PermissionDenied (403) when the key may not use ``tier``.
+        PermissionDenied (403) when the key lacks ``scope`` (``scope_not_allowed``) or may not use ``tier``.
         """
         plain = bearer_token(authorization)
         record = self.lookup(plain)
@@ -318,6 +420,7 @@ class SQLKeyStore:
                 f"The API key {record.key_id}... expired at {record.expires_at.isoformat()}.",
                 code="api_key_expired",
             )
+        record.require_scope(scope)
         record.require_tier(tier)
         return record
 

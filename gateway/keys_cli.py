@@ -1,4 +1,4 @@
-"""`tandem keys create|list|revoke`: manage the gateway's API keys (a thin shell over ``gateway.keys``)."""
+"""`tandem keys create|list|update|revoke`: manage the gateway's API keys (a thin shell over ``gateway.keys``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from gateway.keys import TIERS, SQLKeyStore, open_key_store
+from gateway.keys import SCOPES, TIERS, SQLKeyStore, open_key_store
 from gateway.policy import GatewayPolicy
 from infra.config import load_model_file
 from infra.errors import ConfigError
 
 console = Console()
 
-keys_app = typer.Typer(help="Create, list and revoke gateway API keys.", no_args_is_help=True)
+keys_app = typer.Typer(help="Create, list, update and revoke gateway API keys.", no_args_is_help=True)
 
 StoreOption = Annotated[
     str | None,
@@ -28,6 +28,24 @@ StoreOption = Annotated[
         envvar="TANDEM_KEY_STORE",
         help="Key store: a SQLite path or a postgresql:// URL (default: the config's gateway.auth.key_store, "
         "else $TANDEM_HOME/gateway.db).",
+    ),
+]
+CaptureRateOption = Annotated[
+    float | None,
+    typer.Option(
+        "--capture-rate",
+        min=0.0,
+        max=1.0,
+        help="Fraction of this key's chat requests captured, de-identified, for private eval sets "
+        "(`tandem traffic build-set`); 0 is off.",
+    ),
+]
+ScopeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--scope",
+        help=f"What the key may do (repeatable; {', '.join(SCOPES)}): 'inference' calls the model endpoints, "
+        "'review' signs in to the blind-review page.",
     ),
 ]
 ConfigOption = Annotated[
@@ -83,10 +101,12 @@ def create_command(
     expires_in_days: Annotated[
         float | None, typer.Option("--expires-in-days", min=0, help="Expire after this many days.")
     ] = None,
+    capture_rate: CaptureRateOption = None,
+    scope: ScopeOption = None,
     store: StoreOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Create a key and print it once; only its hash is stored."""
+    """Create a key and print it once; only its hash is stored. Default scope: inference; capture: off."""
     if no_tools and tool:
         raise ConfigError("--no-tools and --tool exclude each other")
     expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days is not None else None
@@ -100,6 +120,8 @@ def create_command(
             requests_per_minute=rpm,
             tokens_per_minute=tpm,
             expires_at=expires_at,
+            capture_rate=capture_rate or 0.0,
+            scopes=scope or None,
         )
     finally:
         key_store.close()
@@ -124,22 +146,59 @@ def list_command(
     finally:
         key_store.close()
     table = Table(title=f"{len(records)} API key(s)")
-    for column in ("id", "name", "owner", "tiers", "tools", "rpm", "tpm", "expires", "status"):
-        table.add_column(column)
+    for column in (
+        "id",
+        "name",
+        "owner",
+        "scopes",
+        "tiers",
+        "tools",
+        "rpm",
+        "tpm",
+        "capture",
+        "expires",
+        "status",
+    ):
+        table.add_column(column, no_wrap=True)
     for r in records:
         status = "revoked" if r.revoked else "expired" if r.is_expired() else "active"
         table.add_row(
             r.key_id,
             r.name,
             r.owner,
+            ", ".join(r.scopes),
             ", ".join(r.tiers) if r.tiers is not None else "all",
             ", ".join(r.tools) if r.tools is not None else "any",
             str(r.requests_per_minute or "default"),
             str(r.tokens_per_minute or "default"),
+            f"{r.capture_rate:g}" if r.capture_rate else "off",
             r.expires_at.isoformat(timespec="seconds") if r.expires_at else "never",
             status,
         )
-    console.print(table)
+    # Eleven settings do not fit 80 columns: the table runs wider rather than elide them.
+    Console(width=max(console.width, 150)).print(table)
+
+
+@keys_app.command("update")
+def update_command(
+    key: Annotated[str, typer.Argument(help="Key id (tk-xxxxxxxx) or name.")],
+    capture_rate: CaptureRateOption = None,
+    scope: ScopeOption = None,
+    store: StoreOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Change a key's capture rate and/or scopes (options left out stay as they are)."""
+    if capture_rate is None and not scope:
+        raise ConfigError("nothing to update: pass --capture-rate and/or --scope")
+    key_store = _store(store, config)
+    try:
+        record = key_store.update(key, capture_rate=capture_rate, scopes=scope or None)
+    finally:
+        key_store.close()
+    capture = f"{record.capture_rate:g}" if record.capture_rate else "off"
+    console.print(
+        f"updated {record.key_id} ({record.name}): scopes {', '.join(record.scopes)}; capture {capture}"
+    )
 
 
 @keys_app.command("revoke")

@@ -1,5 +1,6 @@
 """The per-request pipeline of the gateway, in order:
-bounds -> auth -> rate limit -> route -> call -> guardrails -> settle usage -> telemetry.
+bounds -> auth -> rate limit -> route -> call -> guardrails -> settle usage -> telemetry (-> capture, for a
+sampled chat request of a key that opted in: handed to a background writer once the answer is complete).
 
 The ingress owns the HTTP surface; this module owns the policy decisions, so each stage stays a call to
 one of the gateway's modules (keys, ratelimit, routing, guardrails, telemetry).
@@ -26,7 +27,9 @@ from gateway.canary import (
     candidate_model_id,
     open_release_metrics,
 )
+from gateway.capture import TrafficCapture
 from gateway.database import KeyStoreUnavailable
+from gateway.deidentify import Deidentifier
 from gateway.errors import GatewayError, ModelNotFound, error_body, raised_from, tier_failure_types
 from gateway.guardrails import (
     OutputGuard,
@@ -143,6 +146,15 @@ class RequestPipeline:
         guard = policy.guardrails
         self.redactor = Redactor(guard.patterns) if guard.redact_outputs and guard.patterns else None
         self.telemetry = GatewayTelemetry(policy.telemetry)
+        # Capture is per key, so only a gateway with keys can capture; its records live in the key database.
+        self.capture: TrafficCapture | None = None
+        if self.key_store is not None and policy.capture.enabled:
+            self.capture = TrafficCapture(
+                self.key_store.database,
+                policy.capture,
+                deidentifier=Deidentifier(guard.patterns),
+                telemetry=self.telemetry,
+            )
         self.upstreams: dict[str, UpstreamClient] = {
             tier: UpstreamClient(upstream) for tier, upstream in policy.upstreams.items()
         }
@@ -196,6 +208,10 @@ class RequestPipeline:
             decision = self.router.choose(features, self.stats.snapshot())
             context = RequestContext(body, request, call, operation, release, trace, key, reservation)
             response = await self._call_with_fallback(context, decision.tier, decision.reason)
+            if self.capture is not None and operation == "chat":
+                response = self.capture.tap(
+                    response, key=key, request=request, payload=payload, model=body.model
+                )
         except GatewayError as exc:
             trace.set_error(exc.status, exc.code or type(exc).__name__)
             trace.end()

@@ -162,6 +162,30 @@ class TelemetryPolicy(BaseModel):
         return self.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
 
 
+class CapturePolicy(BaseModel):
+    """Opt-in traffic capture (``gateway.capture``): keys with a ``capture_rate`` above 0 have that fraction of
+    their chat requests de-identified and stored in the key database, for `tandem traffic build-set`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        True,
+        description="Master switch: false captures nothing whatever the keys' capture rates say.",
+    )
+    retention_days: float = Field(
+        30.0, gt=0, description="Captured records older than this are deleted by the capture writer."
+    )
+    queue_size: int = Field(
+        1000,
+        ge=1,
+        description="Exchanges waiting for the background writer; past it new ones are dropped (and counted), "
+        "never waited for.",
+    )
+    purge_interval_s: float = Field(
+        3600.0, gt=0, description="How often the writer deletes records past the retention limit."
+    )
+
+
 class RequestBounds(BaseModel):
     """Hard limits checked before anything else; violations are 400/413 naming the field."""
 
@@ -227,6 +251,9 @@ class GatewayPolicy(BaseModel):
     guardrails: GuardrailPolicy = Field(default_factory=GuardrailPolicy)
     telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
     bounds: RequestBounds = Field(default_factory=RequestBounds)
+    capture: CapturePolicy = Field(
+        default_factory=CapturePolicy, description="Opt-in, per-key, de-identified traffic capture."
+    )
     upstreams: dict[TierName, UpstreamPolicy] = Field(
         default_factory=dict,
         description="Per tier, an external upstream used when the tier's local engine is unhealthy; a tier "

@@ -36,6 +36,9 @@ ERRORS = "tandem.gateway.errors"
 TOKENS = "tandem.gateway.tokens"
 REDACTIONS = "tandem.gateway.redactions"
 ROUTING = "tandem.gateway.routing_decisions"
+# Traffic capture (gateway.capture): Prometheus tandem_capture_stored_total / tandem_capture_dropped_total.
+CAPTURE_STORED = "tandem.capture.stored"
+CAPTURE_DROPPED = "tandem.capture.dropped"
 TTFT = "gen_ai.server.time_to_first_token"
 TPOT = "gen_ai.server.time_per_output_token"
 
@@ -98,6 +101,14 @@ class GatewayTelemetry:
             REDACTIONS, "{redaction}", "Redactions in outputs, by pattern."
         )
         self.routing = meter.create_counter(ROUTING, "{decision}", "Tier choices, by tier and reason.")
+        self.capture_stored = meter.create_counter(
+            CAPTURE_STORED, "{record}", "Captured exchanges de-identified and stored."
+        )
+        self.capture_dropped = meter.create_counter(
+            CAPTURE_DROPPED,
+            "{record}",
+            "Sampled exchanges lost instead of stored (queue full, de-identification or storage failed), by reason.",
+        )
         self.ttft = meter.create_histogram(
             TTFT, "s", "Time to first output token.", explicit_bucket_boundaries_advisory=_TTFT_BUCKETS
         )
@@ -133,6 +144,13 @@ class GatewayTelemetry:
             raise
         finally:
             trace.end()
+
+    def record_capture(self, stored: bool, reason: str | None = None) -> None:
+        """Count one sampled exchange: stored, or dropped for ``reason`` (``tandem.capture.reason``)."""
+        if stored:
+            self.capture_stored.add(1)
+        else:
+            self.capture_dropped.add(1, {"tandem.capture.reason": reason or "unknown"})
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()

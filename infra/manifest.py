@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-ArtifactKind = Literal["model", "draft", "eval-logs", "run", "report", "other"]
+ArtifactKind = Literal["model", "draft", "eval-logs", "run", "report", "preferences", "evalset", "other"]
 MANIFEST_NAME = "tandem-manifest.json"
 _CHUNK = 1 << 20
 

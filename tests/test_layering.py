@@ -16,6 +16,7 @@ FLOORS = {
     "gateway": 3,
     "release": 4,
     "bench": 4,
+    "feedback": 4,
     "cli": 5,
 }
 
