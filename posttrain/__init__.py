@@ -1,8 +1,9 @@
 """Post-training: SFT on generator demonstrations, GRPO with verifier rewards, DPO on verifier-labelled
-pairs; a curriculum task pool, rollout traces, verified checkpoints and guards; candidates published to
-the registry with lineage. Each algorithm is a run config paired with its trainer in
-:mod:`posttrain.algorithms`; ``posttrain.posttrain_<name>`` is that trainer, imported on first use (torch and
-trl load then), so this package imports fast."""
+pairs, on single-turn rollouts or multi-turn tool episodes (:mod:`posttrain.episodes`); a curriculum task
+pool, rollout traces, verified checkpoints and guards; candidates published to the registry with lineage.
+Each algorithm is a run config paired with its trainer in :mod:`posttrain.algorithms`;
+``posttrain.posttrain_<name>`` is that trainer, imported on first use (torch and trl load then), so this
+package imports fast."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from posttrain.algorithms import PosttrainAlgorithm, algorithm_names, get_algorithm, posttrain_algorithm
 from posttrain.config import (
+    EpisodeConfig,
     EvalConfig,
     GuardConfig,
     OutputConfig,
@@ -54,6 +56,7 @@ __all__ = [
     "CandidateResult",
     "CheckpointCorrupted",
     "DPORunConfig",
+    "EpisodeConfig",
     "EvalConfig",
     "GuardConfig",
     "OutputConfig",

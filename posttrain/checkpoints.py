@@ -41,7 +41,16 @@ def config_digest(config: BaseModel) -> str:
     Output settings, the time budget and the device are excluded: a resumed run may write elsewhere, get
     more time or move to other hardware.
     """
-    return digest_of(config, exclude={"output": True, "train": {"time_budget_s", "device"}})
+    exclude: dict[str, Any] = {"output": True, "train": {"time_budget_s", "device"}}
+    # Settings added after runs were already checkpointed count only when changed from their defaults, so
+    # those runs still resume: the episode settings, and the pool's per-family rollout protocol.
+    episodes = getattr(config, "episodes", None)
+    if episodes is not None and episodes == type(episodes)():
+        exclude["episodes"] = True
+    pool = getattr(config, "pool", None)
+    if pool is not None and not getattr(pool, "rollout", None):
+        exclude["pool"] = {"rollout"}
+    return digest_of(config, exclude=exclude)
 
 
 def seal_checkpoint(directory: Path, state: RunState) -> None:

@@ -31,7 +31,8 @@ Base = Annotated[
 Tasks = Annotated[
     str,
     typer.Option(
-        help="Comma-separated task families with a rollout format (built in: documents, long_context, terminal)."
+        help="Comma-separated task families: single-turn (documents, long_context) or multi-turn tool "
+        "episodes (agent, terminal; pool.rollout picks single-turn scripts for terminal)."
     ),
 ]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file with the stage's config.")]
@@ -63,6 +64,13 @@ Staleness = Annotated[
     int | None,
     typer.Option(
         min=0, help="rl: policy versions rollouts may lag (0 synchronous, 1 overlaps sampling and training)."
+    ),
+]
+Pairs = Annotated[
+    str | None,
+    typer.Option(
+        help="dpo: comma-separated preference sources: verifier (labelled rollouts) and/or "
+        "reviews:<session>[@version] (blind-review preferences), e.g. verifier,reviews:support-w49."
     ),
 ]
 SingleProcess = Annotated[
@@ -116,6 +124,8 @@ def run_stage(
             f"{algorithm} runs in one process: --ray-address/--engines/--learners/--max-staleness/"
             "--single-process apply to rl"
         )
+    if "pairs" in overrides and "pairs" not in registered.config.model_fields:
+        raise typer.BadParameter(f"{algorithm} takes no preference pairs: --pairs applies to dpo")
     run = build_config(registered.config, path, base, tasks, overrides)
     if single_process:
         run = run.model_copy(update={"ray": None})
@@ -183,10 +193,13 @@ def _command(algorithm: PosttrainAlgorithm) -> Callable[..., None]:
         learners: Learners = None,
         max_staleness: Staleness = None,
         single_process: SingleProcess = False,
+        pairs: Pairs = None,
     ) -> None:
         overrides: dict[str, Any] = _overrides(
             steps, lr, lora, work_dir, registry, name, version, time_budget
         )
+        if pairs is not None:
+            overrides["pairs"] = [source.strip() for source in pairs.split(",") if source.strip()]
         if any(v is not None for v in (ray_address, engines, learners, max_staleness)):
             overrides["ray"] = {
                 "address": ray_address,

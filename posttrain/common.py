@@ -119,7 +119,16 @@ class StageContext:
         )
 
     def held_out(self, model: Any, tokenizer: Any) -> HeldOutReport:
-        return measure_held_out(model, tokenizer, self.config.eval, list(self.config.pool.families))
+        config = self.config
+        return measure_held_out(
+            model,
+            tokenizer,
+            config.eval,
+            list(config.pool.families),
+            rollout=config.pool.rollout,
+            episodes=config.episodes,
+            max_total_tokens=config.train.max_length,
+        )
 
     def finish(
         self,

@@ -37,6 +37,13 @@ class TaskPoolConfig(BaseModel):
         default=8, ge=1, description="Graded attempts needed before promotion."
     )
     tiers: bool = Field(default=True, description="Use difficulty tiers; False samples every difficulty.")
+    rollout: dict[str, Literal["episode", "single_turn"]] = Field(
+        default_factory=dict,
+        description="Per family, how it is rolled out: 'episode' (multi-turn tool calls against the family's "
+        "environment, the protocol its eval uses) or 'single_turn' (one completion: terminal then answers with "
+        "one bash script). A family not listed uses 'episode' when it registers an episode environment "
+        "(agent, terminal), else 'single_turn'.",
+    )
 
 
 class RewardConfig(BaseModel):
@@ -157,6 +164,39 @@ class OutputConfig(BaseModel):
     publish: bool = Field(default=True, description="Publish the candidate and the run to the registry.")
 
 
+class EpisodeConfig(BaseModel):
+    """Multi-turn tool episodes: the policy's tool calls are parsed as the gateway parses them, the family's
+    environment executes them and answers with the next ``tool`` turn, up to the step budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn_slack: int = Field(
+        default=2,
+        ge=0,
+        description="Model turns allowed beyond an instance's step budget (its max_steps), as the eval's tool "
+        "loop allows; an episode still calling tools then is cut off.",
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM tool-call parser that reads the policy's turns; None = the serving tiers' own "
+        "(EngineConfig.tool_call_parser, 'hermes'), so calls are parsed exactly as served.",
+    )
+    tool_timeout_s: int = Field(
+        default=30, ge=1, description="Wall-clock limit of one terminal command (the eval's bash tool: 30 s)."
+    )
+    max_tool_output_bytes: int = Field(
+        default=16 * 1024,
+        ge=256,
+        description="Longer tool results are truncated as Inspect truncates them in the eval (its "
+        "max_tool_output default, 16 KiB).",
+    )
+    closing_reply: str = Field(
+        default="Done.",
+        min_length=1,
+        description="The last assistant turn of SFT demonstrations, after the reference solution's calls.",
+    )
+
+
 class RunConfig(BaseModel):
     """What every algorithm's run config holds: the start model, task pool, training, held-out, guards, output."""
 
@@ -166,6 +206,7 @@ class RunConfig(BaseModel):
     pool: TaskPoolConfig = Field(default_factory=TaskPoolConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    episodes: EpisodeConfig = Field(default_factory=EpisodeConfig)
     guards: GuardConfig = Field(default_factory=GuardConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     evaluate_before_after: bool = Field(

@@ -1,16 +1,17 @@
-"""Held-out pass rate: greedy single-turn decoding on a split the policy never trains on, scored by the
-evalsuite's verifiers (the same functions its Inspect scorers call)."""
+"""Held-out pass rate: greedy decoding (one turn, or whole tool episodes) on a split the policy never trains
+on, scored by the evalsuite's verifiers (the same functions its Inspect scorers call)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from evalsuite.generators import generate_instances
-from evalsuite.schema import Family, TaskInstance
-from posttrain.config import EvalConfig
+from evalsuite.schema import Family, TaskInstance, VerifierResult
+from posttrain.config import EpisodeConfig, EvalConfig
 from posttrain.formats import format_for
 
 if TYPE_CHECKING:
@@ -86,22 +87,45 @@ def generate_greedy(
 
 
 def measure_held_out(
-    model: Any, tokenizer: Any, config: EvalConfig, families: list[Family], batch_size: int = 4
+    model: Any,
+    tokenizer: Any,
+    config: EvalConfig,
+    families: list[Family],
+    batch_size: int = 4,
+    *,
+    rollout: Mapping[str, str] | None = None,
+    episodes: EpisodeConfig | None = None,
+    max_total_tokens: int = 2048,
 ) -> HeldOutReport:
-    """Pass rate of ``model`` on ``config.n_per_family`` held-out instances of each family."""
+    """Pass rate of ``model`` on ``config.n_per_family`` held-out instances of each family.
+
+    Families rolled out as episodes (``rollout``, as the pool decides) play greedy episodes through their
+    environment, each turn up to ``config.max_new_tokens`` and the whole episode up to ``max_total_tokens``;
+    the others answer in one greedy completion."""
+    from posttrain.episodes import uses_episodes
+
     instances = held_out_instances(config, families)
+    episodic = [i for i in instances if uses_episodes(i.family, rollout or {})]
+    single = [i for i in instances if not uses_episodes(i.family, rollout or {})]
     completions = generate_greedy(
         model,
         tokenizer,
-        [format_for(i.family).messages(i) for i in instances],
+        [format_for(i.family).messages(i) for i in single],
         config.max_new_tokens,
         batch_size,
+    )
+    verdicts = {
+        instance.instance_id: format_for(instance.family).score(instance, completion)[0]
+        for instance, completion in zip(single, completions, strict=True)
+    }
+    verdicts |= _greedy_episodes(
+        model, tokenizer, episodic, config, episodes or EpisodeConfig(), max_total_tokens
     )
     passed: dict[str, list[bool]] = {f: [] for f in families}
     scores: dict[str, list[float]] = {f: [] for f in families}
     outcomes: dict[str, bool] = {}
-    for instance, completion in zip(instances, completions, strict=True):
-        result, _ = format_for(instance.family).score(instance, completion)
+    for instance in instances:
+        result = verdicts[instance.instance_id]
         passed[instance.family].append(result.correct)
         scores[instance.family].append(result.score)
         outcomes[instance.instance_id] = result.correct
@@ -115,3 +139,30 @@ def measure_held_out(
     )
     log.info("event=held_out split=%s pass_rate=%s", config.split, report.pass_rate)
     return report
+
+
+def _greedy_episodes(
+    model: Any,
+    tokenizer: Any,
+    instances: list[TaskInstance],
+    config: EvalConfig,
+    episodes: EpisodeConfig,
+    max_total_tokens: int,
+) -> dict[str, VerifierResult]:
+    """Verdicts of greedy episodes, one instance at a time (each in its own environment session)."""
+    from posttrain.episodes import play
+    from posttrain.episodes.policies import LocalModelPolicy
+
+    policy = LocalModelPolicy(model, int(tokenizer.eos_token_id), tokenizer.pad_token_id)
+    verdicts = {}
+    for instance in instances:
+        episode = play(
+            policy,
+            instance,
+            tokenizer,
+            episodes,
+            max_turn_tokens=config.max_new_tokens,
+            max_total_tokens=max_total_tokens,
+        )
+        verdicts[instance.instance_id] = episode.verdict
+    return verdicts

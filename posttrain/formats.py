@@ -101,7 +101,8 @@ def format_for(family: str) -> RolloutFormat:
     if registered is None or registered.reference_answer is None:
         raise UnsupportedFamily(
             f"family {family!r} has no single-turn rollout format in posttrain "
-            f"(supported: {', '.join(supported_families())}); agent episodes need multi-turn tool rollouts"
+            f"(supported: {', '.join(supported_families())}); families with an episode environment (agent, "
+            "terminal) train as multi-turn tool episodes instead (pool.rollout: episode)"
         )
     return SingleTurnFormat(registered)
 

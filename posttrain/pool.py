@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from evalsuite.generators import generate_instances
 from evalsuite.schema import DIFFICULTIES, Difficulty, Family, TaskInstance
 from posttrain.config import TaskPoolConfig
+from posttrain.episodes import uses_episodes
 from posttrain.errors import PosttrainError
 from posttrain.formats import format_for
 
@@ -54,7 +55,8 @@ class TaskPool:
         """Generate the train pool, or take ``instances`` as given (custom task sets, tests)."""
         self.config = config
         for family in config.families:
-            format_for(family)
+            if not uses_episodes(family, config.rollout):
+                format_for(family)
         if instances is None:
             instances = [
                 made
@@ -81,6 +83,10 @@ class TaskPool:
         if total <= 0:
             raise PosttrainError(f"task quotas {self.config.quotas} leave no family any share")
         return {f: q / total for f, q in quotas.items()}
+
+    def uses_episodes(self, family: str) -> bool:
+        """Whether ``family`` is rolled out as multi-turn tool episodes (else one completion per prompt)."""
+        return uses_episodes(family, self.config.rollout)
 
     def instance(self, instance_id: str) -> TaskInstance:
         try:

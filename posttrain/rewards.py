@@ -1,6 +1,7 @@
 """Verifier rewards for GRPO: outcome correctness first, then partial score, protocol compliance and a
-small length penalty, clipped to [0, 1]. The reward side holds the instances; the policy sees only ids
-and prompts, never the verifier or the expected answers."""
+small length penalty, clipped to [0, 1]; a multi-turn episode's reward is its verdict's shaped score (goal,
+protocol, step budget, as the agent scorer weighs them). The reward side holds the instances; the policy sees
+only ids and prompts, never the verifier or the expected answers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from evalsuite.schema import VerifierResult
 from posttrain.config import RewardConfig
 from posttrain.pool import TaskPool
 from posttrain.trace import RolloutRecord, TraceWriter
-from posttrain.verify import verify_batch
+from posttrain.verify import verify_batch, with_known_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class VerifierReward:
         completion_ids: list[list[int]] | None = None,
         instance_id: list[str] | None = None,
         trainer_state: Any = None,
+        episode_verdict: list[dict[str, Any] | None] | None = None,
         **_: Any,
     ) -> list[float | None]:
         if instance_id is None:
@@ -73,8 +75,17 @@ class VerifierReward:
         instances = [self.pool.instance(ident) for ident in instance_id]
         texts = [completion_text(completion) for completion in completions]
         lengths = [len(ids) for ids in completion_ids] if completion_ids else [len(t.split()) for t in texts]
-        verdicts = verify_batch(instances, texts, self.config.verify)
-        return list(self.grade(prompts, texts, instance_id, lengths, [version] * len(texts), verdicts))
+        played = episode_verdict or [None] * len(texts)
+        verdicts = with_known_verdicts(
+            played,
+            lambda pending: verify_batch(
+                [instances[i] for i in pending], [texts[i] for i in pending], self.config.verify
+            ),
+        )
+        episodes = [verdict is not None for verdict in played]
+        return list(
+            self.grade(prompts, texts, instance_id, lengths, [version] * len(texts), verdicts, episodes)
+        )
 
     def grade(
         self,
@@ -84,9 +95,11 @@ class VerifierReward:
         lengths: list[int],
         versions: list[int],
         verdicts: list[tuple[VerifierResult, float]],
+        episodes: list[bool] | None = None,
     ) -> list[float]:
         """Rewards of whole groups (``num_generations`` consecutive completions per prompt) from their verdicts;
-        each rollout is traced with the policy version that sampled it, each group graded in the pool."""
+        each rollout is traced with the policy version that sampled it, each group graded in the pool.
+        ``episodes`` marks the multi-turn episodes, whose verdict's shaped score is their reward."""
         rewards: list[float] = []
         outcomes: list[bool] = []
         for index, (prompt, text, ident, (result, protocol)) in enumerate(
@@ -94,7 +107,12 @@ class VerifierReward:
         ):
             instance = self.pool.instance(ident)
             fraction = lengths[index] / self.max_completion_length
-            reward = combine_reward(self.config, result.correct, result.score, protocol, fraction)
+            if episodes is not None and episodes[index]:
+                # An episode's verdict already has the seed's shape (goal, protocol, step budget; 0 for a
+                # forbidden call or a sandbox limit): it is the reward, clipped.
+                reward = min(1.0, max(0.0, result.score))
+            else:
+                reward = combine_reward(self.config, result.correct, result.score, protocol, fraction)
             rewards.append(reward)
             outcomes.append(result.correct)
             self.trace.write(

@@ -12,6 +12,8 @@ from typing import Any
 from evalsuite.generators.base import derive_seed
 from evalsuite.schema import TaskInstance
 from posttrain.common import StageContext, before_after
+from posttrain.episodes import environment_for, require_room_for_turns
+from posttrain.episodes.trl_rollout import EpisodeRollout
 from posttrain.errors import PosttrainError
 from posttrain.formats import format_for
 from posttrain.pool import PoolState
@@ -22,14 +24,23 @@ from posttrain.stages import RLRunConfig
 log = logging.getLogger(__name__)
 
 
-def prompt_stream(context: StageContext, seed: int) -> Iterator[dict[str, Any]]:
-    """Endless prompts drawn live from the pool (so the curriculum acts on the next batch)."""
+def prompt_stream(
+    context: StageContext, seed: int, rollout: EpisodeRollout | None = None
+) -> Iterator[dict[str, Any]]:
+    """Endless prompts drawn live from the pool (so the curriculum acts on the next batch); an episode family's
+    prompt is its environment's opening, which ``rollout`` (the episode rollout_func) is told about."""
     for _ in itertools.count():
         draw = context.pool.state.draws
         context.pool.state.draws += 1
         (instance_id,) = context.pool.sample(1, random.Random(derive_seed("rl", seed, draw)))
         instance = context.pool.instance(instance_id)
-        yield {"prompt": format_for(instance.family).messages(instance), "instance_id": instance_id}
+        if context.pool.uses_episodes(instance.family):
+            prompt = environment_for(instance.family).messages(instance)
+        else:
+            prompt = format_for(instance.family).messages(instance)
+        if rollout is not None:
+            rollout.remember(prompt, instance_id)
+        yield {"prompt": prompt, "instance_id": instance_id}
 
 
 def posttrain_rl(
@@ -70,11 +81,21 @@ def posttrain_rl(
         config.num_generations,
         config.max_completion_length,
     )
+    episodic = [i for i in context.pool.instances.values() if context.pool.uses_episodes(i.family)]
+    require_room_for_turns(
+        episodic, tokenizer, config.episodes.tool_call_parser, train.max_length, "train.max_length"
+    )
     before = context.held_out(context.load_model(), tokenizer) if config.evaluate_before_after else None
+    # Multi-turn episodes are played by a rollout_func (TRL then masks the tool turns out of the loss).
+    rollout = (
+        EpisodeRollout(context.pool, tokenizer, config)
+        if any(context.pool.uses_episodes(f) for f in config.pool.families)
+        else None
+    )
 
     def make_trainer(callbacks: list[Any], replay: int) -> Any:
         dataset = IterableDataset.from_generator(
-            prompt_stream, gen_kwargs={"context": context, "seed": train.seed}
+            prompt_stream, gen_kwargs={"context": context, "seed": train.seed, "rollout": rollout}
         )
         args = GRPOConfig(
             **{
@@ -90,8 +111,9 @@ def posttrain_rl(
             ignore_data_skip=True,
             disable_dropout=True,
         )
+        extra = {"rollout_func": rollout} if rollout is not None else {}
         return context.trl_trainer(
-            GRPOTrainer, args, tokenizer, callbacks, reward_funcs=[reward], train_dataset=dataset
+            GRPOTrainer, args, tokenizer, callbacks, reward_funcs=[reward], train_dataset=dataset, **extra
         )
 
     def held_out(model: Any) -> float:

@@ -5,7 +5,9 @@ Kept apart from :mod:`posttrain.config` so the registry can name ``RunConfig`` w
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 
 from posttrain.algorithms import posttrain_algorithm
 from posttrain.config import RewardConfig, RunConfig
@@ -37,9 +39,20 @@ class RLRunConfig(RunConfig):
     )
 
 
+# A ``pairs`` source: the verifiers, or a review session's published preferences (``reviews:<session>[@version]``).
+_PAIR_SOURCE = re.compile(r"^(verifier|reviews:[a-z0-9][a-z0-9._-]{0,95}(@[a-z0-9][a-z0-9._-]{0,127})?)$")
+
+
 @posttrain_algorithm("dpo", trainer="posttrain.dpo:posttrain_dpo")
 class DPORunConfig(RunConfig):
-    """DPO on verifier-labelled pairs of sampled rollouts (chosen correct, rejected wrong, same prompt)."""
+    """DPO on preference pairs: verifier-labelled rollouts (correct over wrong) and/or human blind reviews."""
+
+    pairs: list[str] = Field(
+        default_factory=lambda: ["verifier"],
+        min_length=1,
+        description="Preference sources: 'verifier' (sampled rollouts the verifiers label) and/or "
+        "'reviews:<session>[@version]' (blind-review preferences from `tandem review export --pairs`).",
+    )
 
     samples_per_prompt: int = Field(
         default=4, ge=2, description="Rollouts sampled per prompt to find a pair."
@@ -51,3 +64,11 @@ class DPORunConfig(RunConfig):
         default=True,
         description="When no sampled rollout is correct, use the generator's demonstration as chosen.",
     )
+
+    @field_validator("pairs")
+    @classmethod
+    def _known_sources(cls, pairs: list[str]) -> list[str]:
+        bad = [p for p in pairs if not _PAIR_SOURCE.match(p)]
+        if bad:
+            raise ValueError(f"unknown pair sources {bad} (allowed: verifier, reviews:<session>[@version])")
+        return list(dict.fromkeys(pairs))

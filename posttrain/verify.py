@@ -9,7 +9,7 @@ the batch's families. Ray is joined if the trainer runs inside a cluster, else s
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from evalsuite.schema import TaskInstance, VerifierResult
@@ -48,6 +48,24 @@ def _ray_score() -> Any:
     if _remote_score is None:
         _remote_score = ray.remote(num_cpus=0.5, max_retries=2)(_score)
     return _remote_score
+
+
+def with_known_verdicts(
+    known: Sequence[dict[str, Any] | None],
+    verify_pending: Callable[[list[int]], list[tuple[VerifierResult, float]]],
+) -> list[tuple[VerifierResult, float]]:
+    """``(verdict, protocol score)`` per rollout, in order: a ``known`` verdict (a multi-turn episode, scored where
+    it was played, before its environment closed) as it is, the others from ``verify_pending(their indices)``."""
+    pending = [index for index, verdict in enumerate(known) if verdict is None]
+    checked = iter(verify_pending(pending))
+    verdicts = []
+    for verdict in known:
+        if verdict is None:
+            verdicts.append(next(checked))
+        else:
+            result = VerifierResult.model_validate(verdict)
+            verdicts.append((result, result.components.get("protocol", 1.0)))
+    return verdicts
 
 
 def verify_batch(

@@ -132,7 +132,8 @@ def completion_logps(
 ) -> tuple[Any, Any, Any, Any]:
     """Per completion token: the model's log-prob of the sampled token under the distribution the engines sample
     from (logits / temperature, then the ``top_k`` likeliest tokens renormalised, as vLLM's processed
-    log-probs are), the entropy there, and the right-padded mask; plus the padded behaviour log-probs.
+    log-probs are), the entropy there, and the right-padded mask (a sequence's ``loss_mask`` where it has one:
+    an episode's tool turns are not the policy's); plus the padded behaviour log-probs.
 
     With ``top_k`` the policy is the truncated one on both sides, so the importance weight compares like with
     like (full-vocabulary log-probs against truncated ones would put it near 0 and stall learning). A sampled
@@ -160,7 +161,10 @@ def completion_logps(
         input_ids[row, start : prompt_width + count] = torch.tensor(prompt + completion)
         attention[row, start : prompt_width + count] = 1
         targets[row, :count] = torch.tensor(completion)
-        mask[row, :count] = 1
+        # Multi-turn episodes mask out the tokens the template and the environment added between turns.
+        mask[row, :count] = torch.tensor(sequence.get("loss_mask") or [1] * count, dtype=torch.float32)[
+            :count
+        ]
         behaviour[row, :count] = torch.tensor(sequence["logprobs"][:count], dtype=torch.float32)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     logits = model(

@@ -35,6 +35,8 @@ from posttrain.common import StageContext, before_after
 from posttrain.distributed.config import RayConfig
 from posttrain.distributed.learner import OPTIMIZER_NAME, LearnerSpec, StepChannel, learner_loop
 from posttrain.distributed.scheduler import Job, Scheduler
+from posttrain.distributed.verdicts import scheduled_verdicts
+from posttrain.episodes import require_room_for_turns
 from posttrain.errors import PosttrainError, RewardHackingDetected, TrainingDiverged
 from posttrain.formats import format_for
 from posttrain.guards import GuardState, TrainingClock, new_guard_state
@@ -42,7 +44,6 @@ from posttrain.pool import PoolState
 from posttrain.rewards import VerifierReward
 from posttrain.run import CandidateResult
 from posttrain.stages import RLRunConfig
-from posttrain.verify import _score, resolve_backend
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,12 @@ class RayGRPO:
             )
         self.context = StageContext(config, "rl", instances)
         self.tokenizer = self.context.load_tokenizer()
+        require_room_for_turns(
+            [i for i in self.context.pool.instances.values() if self.context.pool.uses_episodes(i.family)],
+            self.tokenizer,
+            config.episodes.tool_call_parser,
+            *self._episode_budget(),
+        )
         self.on_progress = on_progress or (lambda _: None)
         self.sampling = {
             "n": config.num_generations,
@@ -164,6 +171,8 @@ class RayGRPO:
 
     # ------------------------------------------------------------------ sampling
     def _prompt_ids(self, instance: TaskInstance) -> tuple[list[dict[str, str]], list[int]]:
+        if self.context.pool.uses_episodes(instance.family):
+            return [], []  # an episode's prompt carries its tools; it is rendered where the episode is played
         messages = format_for(instance.family).messages(instance)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return messages, list(self.tokenizer(text, add_special_tokens=False).input_ids)
@@ -180,16 +189,11 @@ class RayGRPO:
             drawn.append(pool.instance(instance_id))
         prompts = [self._prompt_ids(instance) for instance in drawn]
         jobs = [
-            Job(
-                key=f"rollout:{step}:{index}",
-                domain=instance.family,
-                kind="rollout",
-                launch=partial(
-                    _launch_generate,
-                    prompt_ids=ids,
-                    sampling=self.sampling,
-                    seed=derive_seed("rl-sample", config.train.seed, step, index, self.replay),
-                ),
+            self._rollout_job(
+                f"rollout:{step}:{index}",
+                instance,
+                ids,
+                derive_seed("rl-sample", config.train.seed, step, index, self.replay),
             )
             for index, (instance, (_, ids)) in enumerate(zip(drawn, prompts, strict=True))
         ]
@@ -210,25 +214,31 @@ class RayGRPO:
         ]
         if not groups:
             return None
+        # An episode (multi-turn) completion carries its own prompt, text, loss mask and verdict.
         flat = [
-            (instance, messages, ids, c)
+            (instance, c.get("prompt", messages), c.get("prompt_ids", ids), c)
             for instance, messages, ids, completions in groups
             for c in completions
         ]
-        texts = [self.tokenizer.decode(c["token_ids"], skip_special_tokens=True) for _, _, _, c in flat]
+        texts = [
+            c["text"] if "text" in c else self.tokenizer.decode(c["token_ids"], skip_special_tokens=True)
+            for _, _, _, c in flat
+        ]
         instances = [instance for instance, _, _, _ in flat]
-        verdicts = self._verify(step, instances, texts)
+        verdicts = self._verify(step, instances, texts, [c.get("verdict") for _, _, _, c in flat])
         rewards = self.reward.grade(
             [messages for _, messages, _, _ in flat],
             texts,
             [instance.instance_id for instance in instances],
-            [len(c["token_ids"]) for _, _, _, c in flat],
+            [sum(c.get("loss_mask") or [1] * len(c["token_ids"])) for _, _, _, c in flat],
             [int(c["policy_version"]) for _, _, _, c in flat],
             verdicts,
+            ["verdict" in c for _, _, _, c in flat],
         )
         advantages = group_advantages(rewards, config.num_generations)
         sequences = [
             {"prompt_ids": ids, "completion_ids": c["token_ids"], "logprobs": c["logprobs"], "advantage": a}
+            | ({"loss_mask": c["loss_mask"]} if "loss_mask" in c else {})
             for (_, _, ids, c), a in zip(flat, advantages, strict=True)
             if c["token_ids"]
         ]
@@ -236,7 +246,7 @@ class RayGRPO:
         if len(sequences) < workers:
             return None
         sequences = sequences[: len(sequences) - len(sequences) % workers]  # equal shards keep DDP in step
-        tokens = sum(len(s["completion_ids"]) for s in sequences)
+        tokens = sum(sum(s.get("loss_mask") or [1] * len(s["completion_ids"])) for s in sequences)
         versions = [int(c["policy_version"]) for _, _, _, c in flat]
         self._batch = {
             "reward": statistics.fmean(rewards),
@@ -246,40 +256,45 @@ class RayGRPO:
         }
         return [{"sequences": sequences[rank::workers], "global_tokens": tokens} for rank in range(workers)]
 
-    def _verify(
-        self, step: int, instances: list[TaskInstance], texts: list[str]
-    ) -> list[tuple[VerifierResult, float]]:
-        """Verdicts in order: in this process for cheap families, else as scheduler jobs (retries, quarantine).
-        A quarantined verdict counts as wrong (reward 0) and is traced, never dropped silently."""
-        if resolve_backend(self.config.reward.verify, instances) == "serial":
-            return [format_for(i.family).score(i, t) for i, t in zip(instances, texts, strict=True)]
-        jobs = [
-            Job(
-                key=f"verify:{step}:{index}",
+    def _rollout_job(self, key: str, instance: TaskInstance, prompt_ids: list[int], seed: int) -> Job:
+        """One group's job: ``num_generations`` completions of a prompt, or episodes of an episode family."""
+        config = self.config
+        if not self.context.pool.uses_episodes(instance.family):
+            return Job(
+                key=key,
                 domain=instance.family,
-                kind="verify",
-                launch=partial(_launch_verify, instance=instance.model_dump(mode="json"), completion=text),
+                kind="rollout",
+                launch=partial(_launch_generate, prompt_ids=prompt_ids, sampling=self.sampling, seed=seed),
             )
-            for index, (instance, text) in enumerate(zip(instances, texts, strict=True))
-        ]
-        results, failures = self.scheduler.run(jobs)
-        lost = {failure.key: failure for failure in failures}
-        verdicts = []
-        for job in jobs:
-            if job.key in results:
-                result, protocol = results[job.key]
-                verdicts.append((VerifierResult.model_validate(result), protocol))
-            else:
-                errors = "; ".join(lost[job.key].errors[-2:]) if job.key in lost else "no result"
-                verdicts.append(
-                    (
-                        VerifierResult(
-                            score=0.0, correct=False, explanation=f"verification quarantined: {errors}"
-                        ),
-                        0.0,
-                    )
-                )
-        return verdicts
+        from posttrain.distributed.episodes import episode_job
+
+        return episode_job(
+            key,
+            instance,
+            tokenizer_dir=str(self.context.base_dir),
+            sampling=self.sampling,
+            episodes=config.episodes.model_dump(mode="json"),
+            max_turn_tokens=config.max_completion_length,
+            max_total_tokens=self._episode_budget()[0],
+            group=config.num_generations,
+            seed=seed,
+        )
+
+    def _episode_budget(self) -> tuple[int, str]:
+        """Tokens one episode may span, and the setting that bounds them (the engines' context may be smaller)."""
+        length, window = self.config.train.max_length, self.ray_config.engine.engine.max_model_len
+        if window and window < length:
+            return window, "ray.engine.engine.max_model_len"
+        return length, "train.max_length"
+
+    def _verify(
+        self,
+        step: int,
+        instances: list[TaskInstance],
+        texts: list[str],
+        known: list[dict[str, Any] | None],
+    ) -> list[tuple[VerifierResult, float]]:
+        return scheduled_verdicts(self.scheduler, self.config.reward.verify, step, instances, texts, known)
 
     # ------------------------------------------------------------------ learner
     def _learner(
@@ -565,18 +580,6 @@ def _rng(seed: int, draw: int, replay: int) -> Any:
 
 def _launch_generate(handle: Any, *, prompt_ids: list[int], sampling: dict[str, Any], seed: int) -> Any:
     return handle.generate.remote([prompt_ids], sampling, seed)
-
-
-_remote_score: Any = None
-
-
-def _launch_verify(_: Any, *, instance: dict[str, Any], completion: str) -> Any:
-    global _remote_score
-    import ray
-
-    if _remote_score is None:
-        _remote_score = ray.remote(num_cpus=0.5, max_retries=0)(_score)
-    return _remote_score.remote(instance, completion)
 
 
 def _weights_dir(run_dir: Path) -> Path:

@@ -55,9 +55,14 @@ def test_terminal_reference_script_passes_in_the_sandbox() -> None:
     assert rollout.score(instance, "no script here")[1] == 0.0
 
 
-def test_agent_family_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(UnsupportedFamily, match=r"supported: documents, (\w+, )*terminal\); agent episodes"):
-        TaskPool(TaskPoolConfig(families=["agent"]))
+def test_a_family_without_its_protocol_is_refused_with_a_clear_error() -> None:
+    # agent trains as multi-turn episodes (tests/posttrain/test_episodes.py); it has no single-turn format.
+    with pytest.raises(
+        UnsupportedFamily, match=r"supported: documents, (\w+, )*terminal\); families with an"
+    ):
+        TaskPool(TaskPoolConfig(families=["agent"], rollout={"agent": "single_turn"}))
+    with pytest.raises(UnsupportedFamily, match=r"'documents' has no episode environment"):
+        TaskPool(TaskPoolConfig(families=["documents"], rollout={"documents": "episode"}))
 
 
 def test_pool_balances_families_drops_degenerate_groups_and_promotes_tiers() -> None:
