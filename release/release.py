@@ -136,6 +136,11 @@ class EvalStage(_Strict):
 
 class GateStage(_Strict):
     policy: Path = Field(Path("infra/gate.yaml"), description="Gate policy YAML (as `tandem gate --policy`).")
+    human_preference: Path | None = Field(
+        None,
+        description="Blind-review summary (`tandem review export --out`) for the gate's human-preference row "
+        "(as `tandem gate --human-preference`); needed when the policy requires that row.",
+    )
 
 
 class RolloutStage(_Strict):
@@ -363,6 +368,7 @@ def run_gate_stage(config: ReleaseConfig, artifacts: ReleaseArtifacts) -> Releas
         _need(artifacts, "baseline_logs", "gate"),
         config.gate.policy,
         config.work_dir / "gate",
+        human_preference=config.gate.human_preference,
     )
     if not verdict.passed:
         failing = [f"{check.name}: {check.reason}" for check in verdict.checks if not check.passed]
