@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
@@ -46,6 +46,7 @@ class PoolState(BaseModel):
     dropped_groups: int = 0
     kept_groups: int = 0
     draws: int = 0
+    too_long: int = Field(0, description="Draws left out because the prompt did not fit the token budget.")
 
 
 class TaskPool:
@@ -123,6 +124,44 @@ class TaskPool:
         families = list(self.quotas)
         weights = [self.quotas[f] for f in families]
         return [rng.choice(self._eligible(rng.choices(families, weights)[0])) for _ in range(n)]
+
+    def draw_fitting(
+        self,
+        n: int,
+        rng_for_draw: Callable[[int], random.Random],
+        prompt_tokens: Callable[[TaskInstance], int],
+        budget: int,
+        setting: str,
+        max_skips: int = 64,
+    ) -> list[TaskInstance]:
+        """``n`` instances drawn one at a time (draw ``d`` uses ``rng_for_draw(d)``, ``state.draws`` counts
+        every draw, so a resumed run draws the same), leaving out those whose ``prompt_tokens`` exceed
+        ``budget``: a prompt longer than the rollout window or the learner's ``max_length`` would fail on the
+        engine and in the learner rather than train. Each one left out is logged; more than ``max_skips`` in
+        one call means the tier's prompts do not fit ``setting`` at all, which is an error naming it."""
+        drawn: list[TaskInstance] = []
+        skipped = 0
+        while len(drawn) < n:
+            draw = self.state.draws
+            self.state.draws += 1
+            (instance_id,) = self.sample(1, rng_for_draw(draw))
+            instance = self.instances[instance_id]
+            tokens = prompt_tokens(instance)
+            if tokens <= budget:
+                drawn.append(instance)
+                continue
+            skipped += 1
+            self.state.too_long += 1
+            log.warning(
+                "event=prompt_too_long instance=%s difficulty=%s tokens=%d budget=%d setting=%s",
+                instance_id, instance.difficulty, tokens, budget, setting,
+            )  # fmt: skip
+            if skipped > max_skips:
+                raise PosttrainError(
+                    f"{skipped} prompts in a row need more than {budget} tokens ({setting}, less the completion "
+                    f"budget); raise {setting} or keep the curriculum on a lower tier (pool.min_attempts_to_promote)"
+                )
+        return drawn
 
     def balanced(self, n: int) -> list[str]:
         """``n`` ids interleaving families by quota, deterministic (for SFT mixtures)."""

@@ -181,13 +181,21 @@ class RayGRPO:
         """Sample, verify and score step ``step``'s groups; the learner shards (None: every group failed)."""
 
         pool, config = self.context.pool, self.config
-        drawn = []
-        for _ in range(config.train.batch_size):
-            draw = pool.state.draws
-            pool.state.draws += 1
-            (instance_id,) = pool.sample(1, _rng(config.train.seed, draw, self.replay))
-            drawn.append(pool.instance(instance_id))
-        prompts = [self._prompt_ids(instance) for instance in drawn]
+        window, setting = self._episode_budget()
+        prompt_ids: dict[str, tuple[list[dict[str, str]], list[int]]] = {}
+
+        def prompt_tokens(instance: TaskInstance) -> int:
+            prompt_ids[instance.instance_id] = self._prompt_ids(instance)
+            return len(prompt_ids[instance.instance_id][1])
+
+        drawn = pool.draw_fitting(
+            config.train.batch_size,
+            lambda draw: _rng(config.train.seed, draw, self.replay),
+            prompt_tokens,
+            window - config.max_completion_length,
+            setting,
+        )
+        prompts = [prompt_ids[instance.instance_id] for instance in drawn]
         jobs = [
             self._rollout_job(
                 f"rollout:{step}:{index}",
@@ -548,6 +556,7 @@ class RayGRPO:
             "reward_last": rewards[-1] if rewards else None,
             "groups_kept": context.pool.state.kept_groups,
             "groups_dropped": context.pool.state.dropped_groups,
+            "prompts_too_long": context.pool.state.too_long,
             "jobs_quarantined": self.quarantined,
             "tiers": dict(context.pool.state.tiers),
             "rollouts_traced": context.trace.count,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalsuite.generators import generate_instances
+from evalsuite.schema import TaskInstance
 from infra.errors import ConfigError
 from posttrain import (
     CheckpointCorrupted,
@@ -23,6 +24,7 @@ from posttrain import (
     read_trace,
 )
 from posttrain.checkpoints import RunState, load_checkpoint, seal_checkpoint
+from posttrain.errors import PosttrainError
 from posttrain.guards import RewardHackingCanary, SpikeDetector
 
 
@@ -81,6 +83,29 @@ def test_pool_balances_families_drops_degenerate_groups_and_promotes_tiers() -> 
     pool.record_group(easy_docs[3], [True, True, True, True])
     assert pool.state.tiers["documents"] == "medium"
     assert pool.state.tiers["terminal"] == "easy"
+
+
+def test_pool_leaves_out_prompts_over_the_token_budget_and_draws_the_same_on_resume() -> None:
+    import random
+
+    pool = TaskPool(TaskPoolConfig(families=["documents"], instances_per_family=12, start_tier="medium"))
+    long_ids = set(pool._in_tier("documents")[::2])  # every other prompt is "too long"
+
+    def tokens(instance: TaskInstance) -> int:
+        return 900 if instance.instance_id in long_ids else 100
+
+    def rng(draw: int) -> random.Random:
+        return random.Random(draw)
+
+    drawn = pool.draw_fitting(8, rng, tokens, budget=500, setting="train.max_length")
+    assert len(drawn) == 8 and not long_ids & {i.instance_id for i in drawn}
+    assert pool.state.too_long > 0 and pool.state.draws == 8 + pool.state.too_long
+    replay = TaskPool(TaskPoolConfig(families=["documents"], instances_per_family=12, start_tier="medium"))
+    assert [i.instance_id for i in replay.draw_fitting(8, rng, tokens, 500, "train.max_length")] == [
+        i.instance_id for i in drawn
+    ]
+    with pytest.raises(PosttrainError, match=r"more than 50 tokens \(ray.engine.engine.max_model_len"):
+        pool.draw_fitting(1, rng, tokens, budget=50, setting="ray.engine.engine.max_model_len", max_skips=3)
 
 
 def test_pool_refuses_held_out_instances() -> None:
