@@ -48,6 +48,8 @@ _TIER_HEADER, _VERSION_HEADER = "x-tandem-tier", "x-tandem-version"
 # Request fields kept beside the messages: what a replay needs to ask the same question.
 _REQUEST_FIELDS = ("tools", "tool_choice", "response_format")
 
+# pg_advisory_xact_lock key serialising concurrent schema creation of the traffic capture (Database.schema_transaction).
+_SCHEMA_LOCK = 0x7A4E
 _SCHEMA = [
     f"""CREATE TABLE IF NOT EXISTS {TRAFFIC_TABLE} (
         id TEXT PRIMARY KEY,
@@ -96,9 +98,7 @@ def sampled(request_id: str, rate: float) -> bool:
 
 def ensure_capture_schema(database: Database) -> None:
     """Create the traffic table and its index (idempotent)."""
-    with database.transaction(write=True) as cursor:
-        if database.dialect == "postgresql":
-            cursor.execute(f"SELECT pg_advisory_xact_lock({database.param})", (0x7A4E,))
+    with database.schema_transaction(_SCHEMA_LOCK) as cursor:
         for statement in _SCHEMA:
             cursor.execute(statement)
 

@@ -115,6 +115,16 @@ class Database(ABC):
             # are never cached, so an unauthenticated request must not be served; the client retries.
             raise KeyStoreUnavailable(self.dialect, self.retry_after_s) from exc
 
+    @contextmanager
+    def schema_transaction(self, lock_key: int) -> Iterator[Cursor]:
+        """A write transaction for creating or migrating tables, serialised across processes on PostgreSQL by
+        the advisory lock ``lock_key`` (replicas starting together create the tables once); SQLite's write
+        transaction already serialises it."""
+        with self.transaction(write=True) as cursor:
+            if self.dialect == "postgresql":
+                cursor.execute(f"SELECT pg_advisory_xact_lock({self.param})", (lock_key,))
+            yield cursor
+
     def _connection(self) -> Any:
         # A connection must not cross a fork or a thread: each (process, thread) opens its own.
         local = self._local

@@ -140,6 +140,8 @@ def key_id_of(plain_key: str) -> str:
     return plain_key[: len(KEY_PREFIX) + _KEY_ID_CHARS]
 
 
+# pg_advisory_xact_lock key serialising concurrent schema creation of the key store (Database.schema_transaction).
+_SCHEMA_LOCK = 0x7A4D
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS tandem_api_keys (
         key_id TEXT PRIMARY KEY,
@@ -180,10 +182,7 @@ _COLUMNS = (
 
 def ensure_schema(database: Database) -> None:
     """Create the key and bucket tables, and add any column a store from an older release lacks."""
-    with database.transaction(write=True) as cursor:
-        if database.dialect == "postgresql":
-            # Concurrent replicas may create the tables at once; serialise on an advisory lock.
-            cursor.execute(f"SELECT pg_advisory_xact_lock({database.param})", (0x7A4D,))
+    with database.schema_transaction(_SCHEMA_LOCK) as cursor:
         for statement in _SCHEMA:
             cursor.execute(statement)
         for column, definition in _ADDED_COLUMNS.items():

@@ -53,22 +53,35 @@ def run_directory(output: OutputConfig, stage: str) -> Path:
 
 
 def save_curves(history: list[dict[str, float]], path: Path, title: str) -> Path | None:
-    """Reward / loss / held-out pass-rate curves against step, as one PNG."""
+    """The run's curves against step, as one PNG: reward, loss, held-out pass rate, the rollouts' pass rate per
+    difficulty tier (one line a tier), entropy, KL to the reference, staleness (whichever the history has)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [
-        k for k in ("reward", "loss", "held_out_pass_rate", "entropy") if any(k in row for row in history)
+    tiers = sorted({k for row in history for k in row if k.startswith("pass_rate_")})
+    panels: list[tuple[str, list[str]]] = [
+        (key, [key]) for key in ("reward", "loss", "held_out_pass_rate") if any(key in row for row in history)
     ]
-    if not series:
+    if tiers:
+        panels.append(("pass rate per tier", tiers))
+    panels += [(key, [key]) for key in ("entropy", "kl", "staleness") if any(key in row for row in history)]
+    if not panels:
         return None
-    figure, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3), squeeze=False)
-    for axis, key in zip(axes[0], series, strict=True):
-        points = [(row["step"], row[key]) for row in history if key in row]
-        axis.plot([p[0] for p in points], [p[1] for p in points], marker=".")
-        axis.set_title(key)
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
+    for axis, (name, keys) in zip(axes[0], panels, strict=True):
+        for key in keys:
+            points = [(row["step"], row[key]) for row in history if key in row]
+            axis.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker=".",
+                label=key.removeprefix("pass_rate_"),
+            )
+        if len(keys) > 1:
+            axis.legend(fontsize="small")
+        axis.set_title(name)
         axis.set_xlabel("step")
     figure.suptitle(title)
     figure.tight_layout()

@@ -72,9 +72,7 @@ class ReviewProgress(BaseModel):
 
 def ensure_review_schema(database: Database) -> None:
     """Create the review tables if they are missing (safe to run from several processes at once)."""
-    with database.transaction(write=True) as cursor:
-        if database.dialect == "postgresql":
-            cursor.execute(f"SELECT pg_advisory_xact_lock({database.param})", (_SCHEMA_LOCK,))
+    with database.schema_transaction(_SCHEMA_LOCK) as cursor:
         for statement in _SCHEMA:
             cursor.execute(statement)
 

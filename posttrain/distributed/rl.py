@@ -65,6 +65,14 @@ def connect(config: RayConfig) -> None:
     log.info("event=ray_connected address=%s resources=%s", address or "local", ray.cluster_resources())
 
 
+def tier_pass_rates(instances: list[TaskInstance], correct: list[bool]) -> dict[str, float]:
+    """The step's rollouts' pass rate per difficulty tier, as ``pass_rate_<tier>`` (tiers the step sampled)."""
+    by_tier: dict[str, list[bool]] = {}
+    for instance, ok in zip(instances, correct, strict=True):
+        by_tier.setdefault(instance.difficulty, []).append(ok)
+    return {f"pass_rate_{tier}": sum(oks) / len(oks) for tier, oks in sorted(by_tier.items())}
+
+
 def group_advantages(rewards: list[float], group: int) -> list[float]:
     """GRPO advantages as TRL computes them: (r - group mean) / (group std + 1e-4), std with Bessel's correction."""
     out: list[float] = []
@@ -261,7 +269,7 @@ class RayGRPO:
             "staleness": float(step - min(versions)),
             "groups": float(len(groups)),
             "completion_tokens": float(tokens),
-        }
+        } | tier_pass_rates(instances, [result.correct for result, _ in verdicts])
         return [{"sequences": sequences[rank::workers], "global_tokens": tokens} for rank in range(workers)]
 
     def _rollout_job(self, key: str, instance: TaskInstance, prompt_ids: list[int], seed: int) -> Job:

@@ -307,3 +307,24 @@ def test_a_spent_time_budget_ends_the_run_with_a_checkpoint(
     records = read_trace(run)
     assert len([r for r in records if r.kind == "rollout"]) == 8
     assert any(r.event and r.event["type"] == "time_budget_spent" for r in records if r.kind == "event")
+
+
+def test_each_step_records_the_pass_rate_of_every_tier_it_sampled_and_the_curves_draw_them(
+    tmp_path: Path,
+) -> None:
+    from evalsuite.generators import generate_instances
+    from posttrain.distributed.rl import tier_pass_rates
+    from posttrain.run import save_curves
+
+    easy = generate_instances("documents", "train", 2, seed=0, difficulty="easy")
+    hard = generate_instances("documents", "train", 1, seed=0, difficulty="hard")
+    rates = tier_pass_rates([easy[0], easy[0], easy[1], hard[0]], [True, False, True, False])
+    assert rates == {"pass_rate_easy": 2 / 3, "pass_rate_hard": 0.0}  # medium was not sampled: no key
+
+    history = [
+        {"step": 1.0, "reward": 0.2, "kl": 0.0, "staleness": 1.0} | rates,
+        {"step": 2.0, "reward": 0.4, "kl": 0.01, "staleness": 0.0, "pass_rate_easy": 1.0},
+    ]
+    path = save_curves(history, tmp_path / "curves.png", "t")
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert save_curves([{"step": 1.0}], tmp_path / "none.png", "t") is None
