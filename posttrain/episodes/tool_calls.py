@@ -10,7 +10,9 @@ served.
 
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -65,6 +67,18 @@ def inspect_tool_specs(tools: Sequence[Any]) -> list[ToolSpec]:
     return [dict(spec) for spec in specs]
 
 
+_parsing: contextvars.ContextVar[bool] = contextvars.ContextVar("tandem_parsing_policy_turn", default=False)
+
+
+class _QuietMalformedTurns(logging.Filter):
+    """vLLM's parsers log a malformed call's traceback at ERROR, as a server fault. A policy's malformed turn is
+    an ordinary outcome of training (scored as a plain reply, no call), so its record is dropped while
+    :meth:`ServedToolCalls.parse` runs; the gateway's own parsing still logs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _parsing.get()
+
+
 class ServedToolCalls:
     """The served tool-call protocol for one set of tools: the tool definitions as the chat template receives
     them, and the parser that reads a turn's text into calls."""
@@ -87,6 +101,9 @@ class ServedToolCalls:
             tools=tools or None,
             tool_choice="auto" if tools else "none",
         )
+        parser_log = logging.getLogger(self._parser_class.__module__)
+        if not any(isinstance(f, _QuietMalformedTurns) for f in parser_log.filters):
+            parser_log.addFilter(_QuietMalformedTurns())
         self.request: Any = self._parser_class(tokenizer, request.tools).adjust_request(request)  # type: ignore[arg-type]
         self.template_tools: list[ToolSpec] | None = (
             [tool.model_dump() for tool in self.request.tools] if self.request.tools else None
@@ -99,7 +116,11 @@ class ServedToolCalls:
             return ParsedTurn(content=text, calls=[])
         # One parser per turn, as vLLM makes one per request.
         parser = self._parser_class(self.tokenizer, self.request.tools)
-        extracted = parser.extract_tool_calls(text, self.request)
+        token = _parsing.set(True)
+        try:
+            extracted = parser.extract_tool_calls(text, self.request)
+        finally:
+            _parsing.reset(token)
         if not extracted.tools_called:
             return ParsedTurn(content=extracted.content, calls=[])
         return ParsedTurn(
