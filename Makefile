@@ -43,8 +43,8 @@ typecheck: install
 test: install lint typecheck
 	$(VENV)/bin/pytest -q -ra --durations=25
 
-# Only the end-to-end rollouts (real tandem serve runs on the bundled model, ~12 min; `make test` runs the good
-# candidate, `make chaos` the slow one as well).
+# Only the end-to-end rollouts (real tandem serve runs on the bundled model, ~14 min; `make chaos` runs the slow
+# candidate as well; `make test` runs neither: they are marked e2e_full / chaos_full).
 test-e2e: install
 	$(VENV)/bin/pytest -q -ra -m rollout_e2e
 

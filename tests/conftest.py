@@ -71,14 +71,19 @@ _CHAOS_KEY = pytest.StashKey[list[ChaosRecord]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``chaos_full`` scenarios run only when ``-m`` names a marker (``make chaos``): the suite of
-    ``make test`` stays under its time limit, and the skip reason says where they run."""
+    """``chaos_full`` scenarios and ``e2e_full`` runs run only when ``-m`` names a marker (``make chaos``,
+    ``make test-e2e``): the suite of ``make test`` stays under its time limit, and the skip reason says where
+    they run."""
     if config.getoption("markexpr"):
         return
-    skip = pytest.mark.skip(reason="chaos_full: run by make chaos")
+    skips = {
+        "chaos_full": pytest.mark.skip(reason="chaos_full: run by make chaos"),
+        "e2e_full": pytest.mark.skip(reason="e2e_full: run by make test-e2e"),
+    }
     for item in items:
-        if item.get_closest_marker("chaos_full"):
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(skip)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -349,6 +349,7 @@ def release_registry(bundled_model_dir: Path) -> Iterator[tuple[str, FileRegistr
     shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.mark.e2e_full  # ~8 min in the fresh-clone suite (34:47 with it); make test-e2e runs it
 def test_good_late_candidate_is_promoted_under_streaming_load(
     release_registry: tuple[str, FileRegistry, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
