@@ -60,7 +60,10 @@ def save_curves(history: list[dict[str, float]], path: Path, title: str) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tiers = sorted({k for row in history for k in row if k.startswith("pass_rate_")})
+    order = {f"pass_rate_{tier}": i for i, tier in enumerate(("easy", "medium", "hard"))}
+    tiers = sorted(
+        {k for row in history for k in row if k.startswith("pass_rate_")}, key=lambda k: (order.get(k, 9), k)
+    )
     panels: list[tuple[str, list[str]]] = [
         (key, [key]) for key in ("reward", "loss", "held_out_pass_rate") if any(key in row for row in history)
     ]
