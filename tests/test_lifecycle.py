@@ -35,9 +35,16 @@ CHILD = textwrap.dedent(
     lifecycle.install()
     if "--ray" in sys.argv:
         lifecycle.init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print("ready", helper.pid, flush=True)
+    # The helper gets none of our pipes: if this child ever died without its clean-up, the test's
+    # communicate() must see EOF instead of waiting on the orphaned helper.
+    helper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
     try:
+        # "ready" inside the try: the test signals as soon as it reads it, and under CI load the signal
+        # once arrived before the try was entered (Stop escaped as a traceback).
+        print("ready", helper.pid, flush=True)
         threading.Event().wait()
     except lifecycle.Stop as stop:
         print("stopping", stop.name, flush=True)
