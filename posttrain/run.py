@@ -8,10 +8,11 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from evalsuite.schema import Difficulty
 from infra.manifest import Lineage
 from infra.registry import Registry, open_registry
 from posttrain.config import OutputConfig
@@ -60,7 +61,7 @@ def save_curves(history: list[dict[str, float]], path: Path, title: str) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    order = {f"pass_rate_{tier}": i for i, tier in enumerate(("easy", "medium", "hard"))}
+    order = {f"pass_rate_{tier}": i for i, tier in enumerate(get_args(Difficulty))}
     tiers = sorted(
         {k for row in history for k in row if k.startswith("pass_rate_")}, key=lambda k: (order.get(k, 9), k)
     )
