@@ -111,6 +111,13 @@ def distill_command(
     ] = None,
     draft_vocab: Annotated[int | None, typer.Option(help="eagle3: reduced draft vocabulary size.")] = None,
     device: Annotated[str | None, typer.Option(help="eagle3: auto, cpu or cuda[:n].")] = None,
+    init_from: Annotated[
+        str | None,
+        typer.Option(
+            help="eagle3: a published head of the same teacher (name@version) to continue training "
+            "from, keeping its draft vocabulary."
+        ),
+    ] = None,
     layers: Annotated[
         int | None, typer.Option(help="layer-subset: draft depth, layers spread evenly.")
     ] = None,
@@ -143,6 +150,7 @@ def distill_command(
                 "self_prompts": self_prompts,
                 "draft_vocab_size": draft_vocab,
                 "device": device,
+                "init_from": init_from,
             },
         )
         with _stage_progress() as progress:

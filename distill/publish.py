@@ -24,13 +24,15 @@ def publish_draft(
     produced_by: str,
     metadata: dict[str, Any],
     publish: bool,
+    parents: tuple[str, ...] = (),
 ) -> ArtifactManifest:
     """Publish ``draft_dir`` as ``<name or teacher name + suffix>@<version or a UTC stamp>`` (kind=draft);
-    with ``publish`` off, return the manifest it would have without writing to the registry."""
+    with ``publish`` off, return the manifest it would have without writing to the registry. ``parents``
+    are further lineage parents after the teacher (a draft it continued from)."""
     name = name or f"{teacher.name}{suffix}"
     version = version or datetime.now(UTC).strftime("v%Y%m%d-%H%M%S")
     lineage = Lineage(
-        parents=[teacher.ref],
+        parents=[teacher.ref, *parents],
         produced_by=produced_by,
         config=config.model_dump(mode="json"),
         metrics={key: value for key, value in metadata.items() if isinstance(value, int | float)},

@@ -39,7 +39,8 @@ def eval_command(
         None,
         "--family-option",
         "-O",
-        help="Option of a replay family, FAMILY.OPTION=VALUE (repeatable), e.g. traffic.registry=s3://bucket/r.",
+        help="Option of a family's task, FAMILY.OPTION=VALUE (repeatable), e.g. traffic.registry=s3://bucket/r "
+        "or long_context.max_length=16384 (default: the window the gateway serves the model with).",
     ),
 ) -> None:
     """Run the eval suite against a model and write Inspect logs; exit 1 if any task did not complete."""

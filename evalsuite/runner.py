@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -71,12 +72,38 @@ def build_tasks(
             replay.check_options(options)
             tasks.append(replay.load_task()(split=split, n=limit, seed=seed, **options))
             continue
+        task = get_family(f).load_task()
+        options = family_options.get(f, {})
+        accepted = set(inspect.signature(task).parameters) - {
+            "split", "n", "seed", "difficulty", "rotation_key"
+        }  # fmt: skip
+        refused = sorted(set(options) - accepted)
+        if refused:
+            takes = ", ".join(sorted(accepted)) or "none"
+            raise EvalError(f"family {f!r} has no option {refused[0]!r} (options it takes: {takes})")
         tasks.append(
-            get_family(f).load_task()(
-                split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key
-            )
+            task(split=split, n=limit, seed=seed, difficulty=difficulty, rotation_key=rotation_key, **options)
         )
     return tasks
+
+
+def served_window(model: str, base_url: str | None) -> int | None:
+    """The context window the gateway serves ``model`` (a bare id) with, from its ``/v1/models``
+    (``max_request_context_length``); None when it cannot be read."""
+    import httpx
+
+    url = f"{(base_url or DEFAULT_GATEWAY_URL).rstrip('/')}/models"
+    key = os.environ.get("TANDEM_API_KEY", "tandem-local")
+    try:
+        listed = httpx.get(url, headers={"authorization": f"Bearer {key}"}, timeout=10).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        log.warning("event=served_window_unknown url=%s error=%s", url, exc)
+        return None
+    for entry in listed:
+        if model == entry.get("id") or model in (entry.get("metadata") or {}).get("aliases", []):
+            window = (entry.get("metadata") or {}).get("max_request_context_length")
+            return int(window) if window else None
+    return None
 
 
 def run_eval(
@@ -100,6 +127,9 @@ def run_eval(
     Inspect log files written."""
     from inspect_ai import eval as inspect_eval
 
+    family_options = dict(family_options or {})
+    if isinstance(model, str) and "/" not in model and "long_context" in (families or family_names()):
+        family_options["long_context"] = _long_context_window(model, base_url, family_options)
     tasks = build_tasks(list(families or family_names()), split, limit, seed, difficulty, rotation_key,
                         family_options)  # fmt: skip
     resolved = resolve_model(model, base_url) if isinstance(model, str) else model
@@ -116,6 +146,23 @@ def run_eval(
     write_family_reports(logs, log_dir)
     log.info("event=eval_done model=%s logs=%s", getattr(resolved, "name", resolved), [str(p) for p in paths])
     return paths
+
+
+def _long_context_window(
+    model: str, base_url: str | None, family_options: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The long_context options for a gateway model: haystacks up to the window the gateway serves it
+    with (a RoPE-extended tier's is longer), unless the caller or the environment set ``max_length``."""
+    from evalsuite.families.long_context.haystack import MAX_LENGTH_ENV
+
+    options = dict(family_options.get("long_context", {}))
+    if "max_length" in options or os.environ.get(MAX_LENGTH_ENV):
+        return options
+    window = served_window(model, base_url)
+    if window is not None:
+        log.info("event=long_context_window model=%s max_length=%d", model, window)
+        options["max_length"] = window
+    return options
 
 
 def write_family_reports(logs: list[Any], out_dir: str | Path) -> list[Path]:

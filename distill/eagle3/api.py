@@ -34,7 +34,7 @@ from distill.eagle3.training import (
     new_head,
     teacher_head_rows,
 )
-from distill.errors import CheckpointError
+from distill.errors import CheckpointError, DistillError
 from distill.prompts import load_prompts
 from distill.publish import publish_draft
 from infra.config import write_json
@@ -106,6 +106,42 @@ def measure_head_cost(target: Any, head: Eagle3Head, *, context: int = 64, repea
     return head_cost / target_cost
 
 
+def warm_start_head(
+    registry: Registry, config: Eagle3Config, teacher: ArtifactManifest, target_config: Any
+) -> tuple[Eagle3Head, str]:
+    """The published head ``config.init_from`` (weights and draft vocabulary), checked against the teacher.
+
+    A head of another teacher, target vocabulary, width or aux layers would train on features it was
+    never shaped for, so each mismatch is refused by name.
+    """
+    manifest = registry.manifest(str(config.init_from))
+    origin = manifest.metadata.get("teacher")
+    if manifest.kind != "draft" or manifest.metadata.get("method") != "eagle3":
+        raise DistillError(f"--init-from {manifest.ref}: not an eagle3 draft (kind={manifest.kind})")
+    if origin != teacher.ref:
+        raise DistillError(f"--init-from {manifest.ref}: drafted for {origin}, not for {teacher.ref}")
+    head = Eagle3Head.load_vllm(registry.fetch(manifest.ref))
+    shape = head.shape
+    expected_layers = config.aux_layers or shape.aux_layers
+    checks = {
+        "target vocabulary": (shape.target_vocab_size, int(target_config.vocab_size)),
+        "hidden size": (shape.hidden_size, int(target_config.hidden_size)),
+        "aux layers": (shape.aux_layers, expected_layers),
+    }
+    for what, (found, wanted) in checks.items():
+        if found != wanted:
+            raise DistillError(f"--init-from {manifest.ref}: {what} is {found}, this run needs {wanted}")
+    return head, manifest.ref
+
+
+def vocab_coverage(rows: list[dict[str, Any]], vocab: torch.Tensor) -> float:
+    """Share of the completions' tokens inside the draft vocabulary ``vocab`` (target ids)."""
+    members = set(vocab.tolist())
+    total = sum(len(row["output_ids"]) for row in rows)
+    inside = sum(1 for row in rows for token in row["output_ids"] if token in members)
+    return inside / max(1, total)
+
+
 def train_eagle3_head(
     config: Eagle3Config, *, registry: Registry | None = None, progress: Progress | None = None
 ) -> ArtifactManifest:
@@ -165,15 +201,20 @@ def train_eagle3_head(
     # 2. Draft vocabulary.
     target: Any = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     target = target.to(device).eval()
-    vocab_path = work_dir / "draft_vocab.json"
-    if vocab_path.is_file():
-        saved = json.loads(vocab_path.read_text())
-        vocab, coverage = torch.tensor(saved["ids"], dtype=torch.long), float(saved["coverage"])
+    if config.init_from:
+        head, init_ref = warm_start_head(registry, config, teacher_manifest, target.config)
+        vocab = head.draft_to_target(torch.arange(head.shape.draft_vocab_size))
+        coverage = vocab_coverage(rows, vocab)
     else:
-        vocab, coverage = choose_draft_vocab(rows, config.draft_vocab_size, int(target.config.vocab_size))
-        write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
-    head = new_head(target.config, vocab, config.aux_layers)
-    init_from_target(head, target)
+        vocab_path = work_dir / "draft_vocab.json"
+        if vocab_path.is_file():
+            saved = json.loads(vocab_path.read_text())
+            vocab, coverage = torch.tensor(saved["ids"], dtype=torch.long), float(saved["coverage"])
+        else:
+            vocab, coverage = choose_draft_vocab(rows, config.draft_vocab_size, int(target.config.vocab_size))
+            write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
+        head = new_head(target.config, vocab, config.aux_layers)
+        init_from_target(head, target)
     head.to(device)
 
     # 3. Target features at the aux layers.
@@ -273,6 +314,7 @@ def train_eagle3_head(
         "heldout_sequences": len(heldout_sequences),
         "draft_vocab_size": len(vocab),
         "draft_vocab_coverage": round(coverage, 4),
+        "init_from": init_ref if config.init_from else None,
         "aux_layers": head.shape.aux_layers,
         "optimizer_steps": trainer.state.step,
         "epochs_done": round(trainer.state.step / max(1, trainer.per_epoch), 3),
@@ -323,4 +365,5 @@ def train_eagle3_head(
         produced_by="tandem distill --method eagle3",
         metadata=metadata,
         publish=config.publish,
+        parents=(init_ref,) if config.init_from else (),
     )

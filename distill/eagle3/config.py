@@ -47,6 +47,11 @@ class Eagle3Config(BaseModel):
     aux_layers: list[int] | None = Field(
         None, description="Target layers fused by fc (vLLM aux ids); None: vLLM's default (2, L/2, L-3)."
     )
+    init_from: str | None = Field(
+        None,
+        description="Registry ref of an EAGLE-3 draft of the same teacher to continue training: its "
+        "weights and draft vocabulary replace the fresh head (more data or steps for a published head).",
+    )
     # Training.
     speculative_steps: int = Field(
         4, ge=1, le=8, description="Draft steps unrolled in training (>= serving k)."
@@ -95,6 +100,6 @@ class Eagle3Config(BaseModel):
         fields = {
             "teacher", "template_prompts", "self_prompts", "max_prompts", "max_new_tokens", "max_seq_len",
             "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
-            "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels",
+            "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels", "init_from",
         }  # fmt: skip
         return config_digest(self, include=fields)[:10]

@@ -98,6 +98,71 @@ def test_vllm_checkpoint_roundtrip(tmp_path: Path) -> None:
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
 
+def _published_head(registry: FileRegistry, tmp_path: Path, version: str, **metadata: object) -> str:
+    head = Eagle3Head(_shape())
+    head.set_vocab(torch.arange(0, 128, 2))
+    directory = head.save_vllm(tmp_path / f"head-{version}")
+    return registry.publish(directory, "draft", version, kind="draft", metadata=metadata).ref
+
+
+EAGLE3_OF_TINY = {"method": "eagle3", "teacher": "tiny@v1"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "target", "aux_layers", "message"),
+    [
+        ({"method": "eagle3", "teacher": "other@v1"}, {}, None, "drafted for other@v1, not for tiny@v1"),
+        ({"method": "layer-subset", "teacher": "tiny@v1"}, {}, None, "not an eagle3 draft"),
+        (EAGLE3_OF_TINY, {"vocab_size": 2000}, None, "target vocabulary is 1000, this run needs 2000"),
+        (EAGLE3_OF_TINY, {"hidden_size": 256}, None, "hidden size is 128"),
+        (EAGLE3_OF_TINY, {}, [0, 1, 2], r"aux layers is \[1, 2, 4\], this run needs \[0, 1, 2\]"),
+    ],
+)
+def test_warm_start_refuses_a_head_of_another_shape_or_teacher(
+    tmp_path: Path,
+    metadata: dict[str, object],
+    target: dict[str, int],
+    aux_layers: list[int] | None,
+    message: str,
+) -> None:
+    from types import SimpleNamespace
+
+    from distill.eagle3.api import warm_start_head
+    from distill.errors import DistillError
+    from infra.manifest import ArtifactManifest
+
+    registry = FileRegistry(tmp_path / "registry")
+    ref = _published_head(registry, tmp_path, "v1", **metadata)
+    teacher = ArtifactManifest(name="tiny", version="v1", kind="model", files=[])
+    target_config = SimpleNamespace(**{"vocab_size": 1000, "hidden_size": 128, **target})
+    config = Eagle3Config(teacher="tiny@v1", init_from=ref, aux_layers=aux_layers)
+    with pytest.raises(DistillError, match=message):
+        warm_start_head(registry, config, teacher, target_config)
+
+
+def test_warm_start_keeps_the_published_weights_and_vocabulary(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from distill.eagle3.api import warm_start_head
+    from infra.manifest import ArtifactManifest
+
+    torch.manual_seed(0)
+    registry = FileRegistry(tmp_path / "registry")
+    ref = _published_head(registry, tmp_path, "v1", method="eagle3", teacher="tiny@v1")
+    published = Eagle3Head.load_vllm(registry.fetch(ref))
+    teacher = ArtifactManifest(name="tiny", version="v1", kind="model", files=[])
+    head, origin = warm_start_head(
+        registry,
+        Eagle3Config(teacher="tiny@v1", init_from=ref),
+        teacher,
+        SimpleNamespace(vocab_size=1000, hidden_size=128),
+    )
+    assert origin == "draft@v1"
+    assert torch.equal(head.draft_to_target(torch.arange(64)), torch.arange(0, 128, 2))
+    for name, tensor in published.state_dict().items():
+        assert torch.equal(tensor, head.state_dict()[name]), name
+
+
 def test_bundled_head_is_shipped_in_bfloat16_and_republished_as_it_was(tmp_path: Path) -> None:
     """distill.eagle3.bundle copies a registry head into the repo; a fresh registry gets the same ref,
     metadata and lineage back from it (infra.bundled.publish_bundled_drafts)."""
@@ -279,6 +344,18 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     # soft labels a weak signal: seeded and deterministic, training reaches 2.62 with them (2.81 with
     # one-hot labels); an untrained or broken loss stays at 2.43.
     assert after["mean_accepted"] > before["mean_accepted"] + 0.12, report["evaluations"]
+
+    # Continuing from the published head (--init-from): same data and features, its weights and vocabulary.
+    continued = train_eagle3_head(
+        config.model_copy(update={"init_from": manifest.ref, "epochs": 1, "version": "t2"}),
+        registry=registry,
+    )
+    assert continued.lineage.parents == ["tiny@v1", "tiny-eagle3@t1"]
+    again = json.loads((registry.fetch(continued.ref) / "eagle3_report.json").read_text())
+    assert again["init_from"] == "tiny-eagle3@t1"
+    assert again["evaluations"][0]["mean_accepted"] == pytest.approx(after["mean_accepted"], abs=1e-3)
+    first_vocab = Eagle3Head.load_vllm(registry.fetch(manifest.ref)).d2t
+    assert torch.equal(Eagle3Head.load_vllm(registry.fetch(continued.ref)).d2t, first_vocab)
 
     heldout = [
         json.loads(line)

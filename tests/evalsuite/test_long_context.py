@@ -189,3 +189,63 @@ def test_tandem_eval_writes_the_heatmap(tmp_path: Path, monkeypatch: pytest.Monk
     run_eval(model, ["long_context", "documents"], split="dev", limit=4, seed=5, log_dir=tmp_path)
     heatmap = tmp_path / HEATMAP_FILE
     assert heatmap.is_file() and heatmap.stat().st_size > 1000
+
+
+@pytest.fixture
+def models_endpoint() -> Any:
+    """A stand-in gateway whose ``/v1/models`` lists two ids with their windows (what ``tandem serve`` reports)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = json.dumps({"object": "list", "data": [
+        {"id": "tandem-standard", "metadata": {"max_request_context_length": 8192}},
+        {"id": "tandem-long", "metadata": {"max_request_context_length": 16384}},
+    ]}).encode()  # fmt: skip
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/v1/models"
+            self.send_response(200 if found else 404)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body if found else b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_served_window_comes_from_the_gateway(models_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalsuite.runner import _long_context_window, served_window
+
+    monkeypatch.delenv("TANDEM_LONG_CONTEXT_MAX_LENGTH", raising=False)
+    assert served_window("tandem-long", models_endpoint) == 16384
+    assert served_window("tandem-standard", models_endpoint) == 8192
+    assert served_window("tandem-other", models_endpoint) is None
+    assert served_window("tandem-long", "http://127.0.0.1:9/v1") is None  # nothing listens: the default
+    assert _long_context_window("tandem-long", models_endpoint, {}) == {"max_length": 16384}
+    chosen = {"long_context": {"max_length": "4096"}}
+    assert _long_context_window("tandem-long", models_endpoint, chosen) == {"max_length": "4096"}
+    monkeypatch.setenv("TANDEM_LONG_CONTEXT_MAX_LENGTH", "2048")
+    assert _long_context_window("tandem-long", models_endpoint, {}) == {}
+
+
+def test_family_options_reach_the_task_and_bad_ones_are_named() -> None:
+    from evalsuite.errors import EvalError
+    from evalsuite.runner import build_tasks
+
+    (task,) = build_tasks(["long_context"], "dev", 3, family_options={"long_context": {"max_length": "2048"}})
+    windows = {s.metadata["instance"]["metadata"]["max_length"] for s in task.dataset}  # type: ignore[index]
+    assert windows == {2048}
+    with pytest.raises(EvalError, match=r"long_context\.max_length='abc': Input should be a valid integer"):
+        build_tasks(["long_context"], "dev", 3, family_options={"long_context": {"max_length": "abc"}})
+    with pytest.raises(
+        EvalError, match="family 'documents' has no option 'foo' \\(options it takes: none\\)"
+    ):
+        build_tasks(["documents"], "dev", 3, family_options={"documents": {"foo": "1"}})

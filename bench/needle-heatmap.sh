@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 18 measurement: needle-in-a-haystack recall by length x depth (the long_context eval family) for the
+# native window or a RoPE-extended one, served by `tandem serve` on a private Ray head, one run per setting.
+# Usage: bench/needle-heatmap.sh FACTOR [LIMIT] [OUT_DIR]
+#   FACTOR 1: tandem-standard at the model's own window (8,192 for the bundled model);
+#   FACTOR 2, 4, ...: a `long` tier (tandem-long) with YaRN x FACTOR (METHOD=linear|dynamic to change it).
+#   e.g. bench/needle-heatmap.sh 2 20 bench/results/long-context-yarn2
+# The eval reads the served window from the gateway's /v1/models, so haystacks run from 1k tokens up to it;
+# OUT_DIR gets the Inspect log, long_context-heatmap.png and timing.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+factor="${1:?usage: needle-heatmap.sh FACTOR [LIMIT] [OUT_DIR]}"
+limit="${2:-20}"
+out="${3:-$(mktemp -d /tmp/tandem-needle-XXXX)}"
+method="${METHOD:-yarn}"
+port="${PORT:-8030}"
+ray_port=$((port + 1000))
+mkdir -p "$out"
+export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
+cleanup() {
+  [[ -n "${serve_pid:-}" ]] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
+  [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+setsid .venv/bin/ray start --head --block --port="$ray_port" --num-cpus=8 --include-dashboard=false \
+  --temp-dir="$out/ray" >"$out/ray.log" 2>&1 &
+head_pid=$!
+
+# The standard tier is required; when it is not the one measured it gets a small window and KV cache.
+# The measured engine's KV cache holds two full-length prompts (45 KiB a token in float32).
+kv_bytes=$(python3 -c "print(int(2 * 8192 * $factor * 46080 * 1.1))")
+base="dtype: float32, enforce_eager: true, max_num_seqs: 4"  # a tier's engine replaces the default whole
+if [[ "$factor" == "1" ]]; then
+  model_id=tandem-standard
+  tiers="  - {name: standard, model_id: tandem-standard, engine: {$base, extra: {kv_cache_memory_bytes: $kv_bytes}}}"
+else
+  model_id=tandem-long
+  tiers="  - {name: standard, model_id: tandem-standard, engine: {$base, max_model_len: 2048, extra: {kv_cache_memory_bytes: 268435456}}}
+  - name: long
+    model_id: tandem-long
+    context_extension: {method: $method, factor: $factor}
+    engine: {$base, extra: {kv_cache_memory_bytes: $kv_bytes}}"
+fi
+cat >"$out/tandem.yaml" <<YAML
+model: smollm2-135m-instruct@base
+tiers:
+$tiers
+server: {host: 127.0.0.1, port: $port}
+ray: {address: "127.0.0.1:$ray_port"}
+YAML
+for _ in $(seq 60); do .venv/bin/ray status --address="127.0.0.1:$ray_port" >/dev/null 2>&1 && break; sleep 2; done
+.venv/bin/tandem serve --config "$out/tandem.yaml" >"$out/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 600); do
+  curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 "$serve_pid" 2>/dev/null || { tail -40 "$out/serve.log"; exit 1; }
+  sleep 2
+done
+curl -fs "http://127.0.0.1:$port/v1/models" >"$out/models.json"
+started=$SECONDS
+.venv/bin/tandem eval --model "$model_id" --base-url "http://127.0.0.1:$port/v1" --families long_context \
+  --split test --seed 0 --limit "$limit" --max-tokens 32 --max-samples 2 --log-dir "$out" 2>&1 | tee "$out/eval.log"
+echo "needle $model_id factor=$factor method=$method limit=$limit: $((SECONDS - started)) s" | tee "$out/timing.txt"
