@@ -53,7 +53,14 @@ class FastBenchConfig(BaseModel):
     draft: str | None = Field(
         None, description="EAGLE-3 head ref or directory; default the teacher's newest."
     )
-    num_speculative_tokens: int | None = Field(None, ge=1, description="k; default the head's recorded k.")
+    num_speculative_tokens: int | None = Field(
+        None, ge=1, description="k; default the fastest of k_sweep, else the head's recorded k."
+    )
+    k_sweep: list[int] = Field(
+        default_factory=list,
+        description="k values timed at one stream before the full run; the fastest is the k the full run "
+        "uses. The head records k from an offline cost model; this measures it. Ignored when k is given.",
+    )
     streams: list[int] = Field(default_factory=lambda: [1, 4, 16])
     requests_per_stream: int = Field(2, ge=1, description="Requests per stream at >1 streams.")
     single_requests: int = Field(8, ge=1, description="Requests sent one at a time.")
@@ -231,6 +238,18 @@ def run_fast_bench(
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
     env, best_engine = variant_settings(best_variant)
     engine = {**engine, **best_engine}
+    single = [p for p in phases if p["streams"] == 1]
+    if config.k_sweep and config.num_speculative_tokens is None:
+        for sweep_k in config.k_sweep:
+            say(f"k sweep: eagle3 k={sweep_k}, one stream")
+            sweep_eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": sweep_k}
+            runs[f"sweep-k{sweep_k}"] = _run_engine(
+                {**base, "engine": {**engine, "speculative_config": sweep_eagle}, "phases": single},
+                f"sweep-k{sweep_k}",
+                env,
+                config.engine_timeout_s,
+            )
+        k = max(config.k_sweep, key=lambda n: runs[f"sweep-k{n}"]["phases"]["1"]["tokens_per_s"])
     eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}
     say(f"fast engine (eagle3, k={k}, {best_variant})")
     runs["fast"] = _run_engine(
@@ -239,7 +258,6 @@ def run_fast_bench(
         env,
         config.engine_timeout_s,
     )
-    single = [p for p in phases if p["streams"] == 1]
     reference = runs[f"standard[{best_variant}]"]["phases"]["1"]["requests"]
     with tempfile.TemporaryDirectory(prefix="tandem-oracle-") as scratch:
         oracle_file = Path(scratch) / "oracle.json"
@@ -377,6 +395,21 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
         summary["untrained"] = {**_phase_summary(phase), "speedup": round(ratio, 3)}
         # Single-stream step model: ratio = E[tokens per step] / (1 + k c)  =>  c (verification included).
         summary["cost_ratio_c"] = round((length / ratio - 1) / k, 4)
+    sweep = {
+        name.removeprefix("sweep-k"): run["phases"]["1"]
+        for name, run in runs.items()
+        if name.startswith("sweep-k")
+    }
+    if sweep:
+        reference = [r["token_ids"] for r in standard["1"]["requests"]]
+        summary["k_sweep"] = {
+            n: {
+                **_phase_summary(phase),
+                "speedup": round(phase["tokens_per_s"] / base_tps, 3),
+                "lossless": compare_tokens(reference, [r["token_ids"] for r in phase["requests"]]),
+            }
+            for n, phase in sweep.items()
+        }
     if "ngram" in runs:
         phase = runs["ngram"]["phases"]["1"]
         summary["ngram"] = {**_phase_summary(phase), "speedup": round(phase["tokens_per_s"] / base_tps, 3)}
@@ -400,6 +433,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
         rows.append(
             f"| fast (eagle3, k={summary['num_speculative_tokens']}) | {streams} | {fast['tokens_per_s']} | {fast['tpot_p50_ms']} | "
             f"**{summary['speedup'][streams]}** | {fast.get('acceptance_rate')} | {fast.get('accepted_per_position')} |"
+        )
+    for k, phase in summary.get("k_sweep", {}).items():
+        rows.append(
+            f"| k sweep: eagle3 k={k} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | {phase.get('accepted_per_position')} |"
         )
     for k, phase in summary.get("oracle", {}).items():
         rows.append(

@@ -24,6 +24,13 @@ def fast_bench_command(
     k: Annotated[
         int | None, typer.Option(help="num_speculative_tokens; default the head's chosen k.")
     ] = None,
+    k_sweep: Annotated[
+        str,
+        typer.Option(
+            help="k values timed at one stream first; the fastest is the k of the full run (ignored with --k; "
+            "empty: the head's recorded k)."
+        ),
+    ] = "2,3,4",
     streams: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
     max_tokens: Annotated[int, typer.Option(min=8, help="Tokens generated per request.")] = 128,
     single_requests: Annotated[int, typer.Option(min=1, help="Requests sent one at a time.")] = 8,
@@ -52,6 +59,7 @@ def fast_bench_command(
         teacher=teacher,
         draft=draft,
         num_speculative_tokens=k,
+        k_sweep=ints(k_sweep),
         streams=ints(streams),
         max_tokens=max_tokens,
         single_requests=single_requests,

@@ -1,0 +1,54 @@
+"""`tandem bench fast`'s arithmetic on recorded engine runs: speedups against the best-tuned standard tier,
+the measured k sweep, the cost ratio from the untrained head, greedy identity and the README table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.fast import markdown_table, summarise
+
+
+def _phase(
+    streams: int, tokens_per_s: float, outputs: list[list[int]], length: float | None = None
+) -> dict[str, Any]:
+    phase: dict[str, Any] = {
+        "streams": streams,
+        "tokens_per_s": tokens_per_s,
+        "generated_tokens": sum(map(len, outputs)),
+        "requests": [{"tpot_s": 0.03, "ttft_s": 0.1, "token_ids": ids} for ids in outputs],
+    }
+    if length is not None:
+        phase["spec_decode"] = {
+            "acceptance_rate": (length - 1) / 2,
+            "mean_acceptance_length": length,
+            "accepted_per_position": [0.5, 0.2],
+        }
+    return phase
+
+
+def _run(**phases: dict[str, Any]) -> dict[str, Any]:
+    return {"engine_start_s": 10.0, "phases": phases}
+
+
+def test_k_sweep_speedups_identity_and_table() -> None:
+    greedy = [[1, 2, 3], [4, 5, 6]]
+    runs = {
+        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy), "4": _phase(4, 60.0, greedy)}),
+        "sweep-k2": _run(**{"1": _phase(1, 34.0, greedy, 1.7)}),
+        "sweep-k3": _run(**{"1": _phase(1, 37.0, [[1, 2, 3], [4, 5, 7]], 1.8)}),
+        "fast": _run(**{"1": _phase(1, 36.0, greedy, 1.8), "4": _phase(4, 54.0, greedy, 1.8)}),
+        "untrained": _run(**{"1": _phase(1, 18.0, greedy, 1.0)}),
+        "oracle-k3": _run(**{"1": _phase(1, 80.0, greedy, 4.0)}),
+    }
+    summary = summarise(runs, "iomp", 3)
+    assert summary["speedup"] == {"1": 1.8, "4": 0.9}
+    assert summary["crossover_streams"] == 4
+    assert summary["k_sweep"]["2"]["speedup"] == 1.7 and summary["k_sweep"]["3"]["speedup"] == 1.85
+    assert summary["k_sweep"]["2"]["lossless"]["lossless"] is True
+    assert summary["k_sweep"]["3"]["lossless"] == {"identical": 1, "total": 2, "lossless": False}
+    assert summary["cost_ratio_c"] == round((1.0 / 0.9 - 1) / 3, 4)
+    assert summary["oracle_ceiling_speedup"] == 4.0 and summary["fraction_of_ceiling"] == 0.45
+    table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
+    assert "| fast (eagle3, k=3) | 1 | 36.0 | 30.0 | **1.8** |" in table
+    assert "| k sweep: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 |" in table
+    assert "| oracle ceiling k=3 | 1 | 80.0 |" in table and "| untrained | 1 | 18.0 |" in table
