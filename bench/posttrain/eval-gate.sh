@@ -5,7 +5,8 @@
 # Usage: bench/posttrain/eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]
 #   e.g. bench/posttrain/eval-gate.sh tandem-candidate@sft-documents-r5 30 /tmp/pt
 # ONLY=base or ONLY=candidate runs one side (the base can be measured while the candidate trains); the gate
-# runs once both sides' logs are in OUT_DIR.
+# runs once both sides' logs are in OUT_DIR. EVAL_CONFIG=FILE serves from another gateway config (e.g.
+# bench/posttrain/gateway-eval-8k.yaml, the model's whole window).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 candidate="${1:?usage: eval-gate.sh CANDIDATE_REF [LIMIT] [OUT_DIR]}"
@@ -15,6 +16,7 @@ base="${BASE_REF:-smollm2-135m-instruct@base}"
 families="${FAMILIES:-documents,terminal,agent}"
 max_tokens="${MAX_TOKENS:-256}"
 port="${PORT:-8020}"
+eval_config="${EVAL_CONFIG:-bench/posttrain/gateway-eval.yaml}"
 ray_port=$((port + 1000))
 mkdir -p "$out"
 export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
@@ -31,7 +33,7 @@ sleep 15
 
 evaluate() {  # label model-ref
   local label="$1" ref="$2"
-  sed -e "s|^model: .*|model: $ref|" -e "s|port: 8000|port: $port|" bench/posttrain/gateway-eval.yaml \
+  sed -e "s|^model: .*|model: $ref|" -e "s|port: 8000|port: $port|" "$eval_config" \
     > "$out/$label.yaml"
   printf 'ray: {address: "127.0.0.1:%s"}\n' "$ray_port" >> "$out/$label.yaml"
   .venv/bin/tandem serve --config "$out/$label.yaml" >"$out/serve-$label.log" 2>&1 &
