@@ -6,7 +6,8 @@
 #   FACTOR 2, 4, ...: a `long` tier (tandem-long) with YaRN x FACTOR (METHOD=linear|dynamic to change it).
 #   e.g. bench/needle-heatmap.sh 2 20 bench/results/long-context-yarn2
 # The eval reads the served window from the gateway's /v1/models, so haystacks run from 1k tokens up to it;
-# OUT_DIR gets the Inspect log, long_context-heatmap.png and timing.txt.
+# OUT_DIR gets the Inspect log, long_context-heatmap.png and timing.txt. MAX_SAMPLES (default 2): requests in
+# flight; 1 for the longest windows, where one prefill takes minutes on a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 factor="${1:?usage: needle-heatmap.sh FACTOR [LIMIT] [OUT_DIR]}"
@@ -59,5 +60,5 @@ done
 curl -fs "http://127.0.0.1:$port/v1/models" >"$out/models.json"
 started=$SECONDS
 .venv/bin/tandem eval --model "$model_id" --base-url "http://127.0.0.1:$port/v1" --families long_context \
-  --split test --seed 0 --limit "$limit" --max-tokens 32 --max-samples 2 --log-dir "$out" 2>&1 | tee "$out/eval.log"
+  --split test --seed 0 --limit "$limit" --max-tokens 32 --max-samples "${MAX_SAMPLES:-2}" --log-dir "$out" 2>&1 | tee "$out/eval.log"
 echo "needle $model_id factor=$factor method=$method limit=$limit: $((SECONDS - started)) s" | tee "$out/timing.txt"
