@@ -17,15 +17,8 @@ method="${METHOD:-yarn}"
 port="${PORT:-8030}"
 ray_port=$((port + 1000))
 mkdir -p "$out"
-export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
-cleanup() {
-  [[ -n "${serve_pid:-}" ]] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
-  [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-setsid .venv/bin/ray start --head --block --port="$ray_port" --num-cpus=8 --include-dashboard=false \
-  --temp-dir="$out/ray" >"$out/ray.log" 2>&1 &
-head_pid=$!
+. bench/serve-lib.sh
+start_ray_head "$ray_port" "$out"
 
 # The standard tier is required; when it is not the one measured it gets a small window and KV cache.
 # The measured engine's KV cache holds two full-length prompts (45 KiB a token in float32).
@@ -49,14 +42,7 @@ $tiers
 server: {host: 127.0.0.1, port: $port}
 ray: {address: "127.0.0.1:$ray_port"}
 YAML
-for _ in $(seq 60); do .venv/bin/ray status --address="127.0.0.1:$ray_port" >/dev/null 2>&1 && break; sleep 2; done
-.venv/bin/tandem serve --config "$out/tandem.yaml" >"$out/serve.log" 2>&1 &
-serve_pid=$!
-for _ in $(seq 600); do
-  curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 "$serve_pid" 2>/dev/null || { tail -40 "$out/serve.log"; exit 1; }
-  sleep 2
-done
+serve_until_healthy "$out/tandem.yaml" "$out/serve.log" "$port"
 curl -fs "http://127.0.0.1:$port/v1/models" >"$out/models.json"
 started=$SECONDS
 .venv/bin/tandem eval --model "$model_id" --base-url "http://127.0.0.1:$port/v1" --families long_context \

@@ -19,37 +19,21 @@ port="${PORT:-8020}"
 eval_config="${EVAL_CONFIG:-bench/posttrain/gateway-eval.yaml}"
 ray_port=$((port + 1000))
 mkdir -p "$out"
-export RAY_AUTH_MODE=disabled  # a private loopback cluster; ~/.ray/auth_token is shared machine-wide
-# SIGTERM: a background job of a non-interactive shell ignores SIGINT.
-cleanup() {
-  [[ -n "${serve_pid:-}" ]] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
-  [[ -n "${head_pid:-}" ]] && kill -TERM -- "-$head_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-setsid .venv/bin/ray start --head --block --port="$ray_port" --num-cpus=8 --include-dashboard=false \
-  --temp-dir="$out/ray" >"$out/ray.log" 2>&1 &
-head_pid=$!
-sleep 15
+. bench/serve-lib.sh
+start_ray_head "$ray_port" "$out"
 
 evaluate() {  # label model-ref
   local label="$1" ref="$2"
   sed -e "s|^model: .*|model: $ref|" -e "s|port: 8000|port: $port|" "$eval_config" \
     > "$out/$label.yaml"
   printf 'ray: {address: "127.0.0.1:%s"}\n' "$ray_port" >> "$out/$label.yaml"
-  .venv/bin/tandem serve --config "$out/$label.yaml" >"$out/serve-$label.log" 2>&1 &
-  serve_pid=$!
-  for _ in $(seq 600); do
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 "$serve_pid" 2>/dev/null || { tail -40 "$out/serve-$label.log"; exit 1; }
-    sleep 2
-  done
+  serve_until_healthy "$out/$label.yaml" "$out/serve-$label.log" "$port"
   local started=$SECONDS
   .venv/bin/tandem eval --model tandem-standard --base-url "http://127.0.0.1:$port/v1" \
     --families "$families" --split test --seed 0 --limit "$limit" --max-tokens "$max_tokens" \
     --max-samples 8 --log-dir "$out/logs-$label" 2>&1 | tee "$out/eval-$label.log"
   echo "eval $label ($ref): $((SECONDS - started)) s" | tee -a "$out/timing.txt"
-  kill -TERM "$serve_pid" && wait "$serve_pid" 2>/dev/null || true
-  serve_pid=""
+  stop_serve
 }
 
 case "${ONLY:-both}" in
