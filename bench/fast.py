@@ -239,18 +239,21 @@ def run_fast_bench(
     env, best_engine = variant_settings(best_variant)
     engine = {**engine, **best_engine}
     single = [p for p in phases if p["streams"] == 1]
+
+    def eagle_config(n: int) -> dict[str, Any]:
+        return {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": n}
+
     if config.k_sweep and config.num_speculative_tokens is None:
         for sweep_k in config.k_sweep:
             say(f"k sweep: eagle3 k={sweep_k}, one stream")
-            sweep_eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": sweep_k}
             runs[f"sweep-k{sweep_k}"] = _run_engine(
-                {**base, "engine": {**engine, "speculative_config": sweep_eagle}, "phases": single},
+                {**base, "engine": {**engine, "speculative_config": eagle_config(sweep_k)}, "phases": single},
                 f"sweep-k{sweep_k}",
                 env,
                 config.engine_timeout_s,
             )
         k = max(config.k_sweep, key=lambda n: runs[f"sweep-k{n}"]["phases"]["1"]["tokens_per_s"])
-    eagle = {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": k}
+    eagle = eagle_config(k)
     say(f"fast engine (eagle3, k={k}, {best_variant})")
     runs["fast"] = _run_engine(
         {**base, "engine": {**engine, "speculative_config": eagle}, "phases": phases},

@@ -100,7 +100,7 @@ def served_window(model: str, base_url: str | None) -> int | None:
         log.warning("event=served_window_unknown url=%s error=%s", url, exc)
         return None
     for entry in listed:
-        if model == entry.get("id") or model in (entry.get("metadata") or {}).get("aliases", []):
+        if entry.get("id") == model:
             window = (entry.get("metadata") or {}).get("max_request_context_length")
             return int(window) if window else None
     return None

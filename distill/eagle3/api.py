@@ -33,6 +33,7 @@ from distill.eagle3.training import (
     init_from_target,
     new_head,
     teacher_head_rows,
+    vocab_coverage,
 )
 from distill.errors import CheckpointError, DistillError
 from distill.prompts import load_prompts
@@ -134,14 +135,6 @@ def warm_start_head(
     return head, manifest.ref
 
 
-def vocab_coverage(rows: list[dict[str, Any]], vocab: torch.Tensor) -> float:
-    """Share of the completions' tokens inside the draft vocabulary ``vocab`` (target ids)."""
-    members = set(vocab.tolist())
-    total = sum(len(row["output_ids"]) for row in rows)
-    inside = sum(1 for row in rows for token in row["output_ids"] if token in members)
-    return inside / max(1, total)
-
-
 def train_eagle3_head(
     config: Eagle3Config, *, registry: Registry | None = None, progress: Progress | None = None
 ) -> ArtifactManifest:
@@ -204,7 +197,7 @@ def train_eagle3_head(
     if config.init_from:
         head, init_ref = warm_start_head(registry, config, teacher_manifest, target.config)
         vocab = head.draft_to_target(torch.arange(head.shape.draft_vocab_size))
-        coverage = vocab_coverage(rows, vocab)
+        coverage = vocab_coverage(rows, vocab.tolist())
     else:
         vocab_path = work_dir / "draft_vocab.json"
         if vocab_path.is_file():

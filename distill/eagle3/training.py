@@ -35,20 +35,30 @@ class Sequence_(BaseModel):
     output_ids: list[int]
 
 
+def _completion_counts(rows: Sequence[dict[str, Any]]) -> Counter[int]:
+    counts: Counter[int] = Counter()
+    for row in rows:
+        counts.update(row["output_ids"])
+    return counts
+
+
+def vocab_coverage(rows: Sequence[dict[str, Any]], vocab: Sequence[int]) -> float:
+    """Share of the completions' tokens inside the draft vocabulary ``vocab`` (target ids)."""
+    counts = _completion_counts(rows)
+    return sum(counts[t] for t in set(vocab)) / max(1, sum(counts.values()))
+
+
 def choose_draft_vocab(
     rows: Sequence[dict[str, Any]], size: int, target_vocab: int
 ) -> tuple[torch.Tensor, float]:
     """The ``size`` most frequent completion tokens (sorted target ids) and the share of tokens they cover."""
-    counts: Counter[int] = Counter()
-    for row in rows:
-        counts.update(row["output_ids"])
+    counts = _completion_counts(rows)
     common = [token for token, _ in counts.most_common(size)]
     # Pad with the lowest unused ids so the head always has exactly `size` rows (vLLM's d2t needs them).
     filler = (i for i in range(target_vocab) if i not in counts)
     while len(common) < size:
         common.append(next(filler))
-    covered = sum(counts[t] for t in common[:size]) / max(1, sum(counts.values()))
-    return torch.tensor(sorted(common[:size]), dtype=torch.long), covered
+    return torch.tensor(sorted(common[:size]), dtype=torch.long), vocab_coverage(rows, common[:size])
 
 
 class Example(NamedTuple):
