@@ -109,6 +109,13 @@ def distill_command(
     self_prompts: Annotated[
         int | None, typer.Option(help="eagle3: user turns the target samples itself as further prompts.")
     ] = None,
+    extra_prompts: Annotated[
+        int | None,
+        typer.Option(
+            help="eagle3: further template prompts appended after the base set (a larger round "
+            "reuses the shards already generated in the same work directory)."
+        ),
+    ] = None,
     draft_vocab: Annotated[int | None, typer.Option(help="eagle3: reduced draft vocabulary size.")] = None,
     device: Annotated[str | None, typer.Option(help="eagle3: auto, cpu or cuda[:n].")] = None,
     init_from: Annotated[
@@ -148,6 +155,7 @@ def distill_command(
                 "epochs": epochs,
                 "template_prompts": template_prompts,
                 "self_prompts": self_prompts,
+                "extra_prompts": extra_prompts,
                 "draft_vocab_size": draft_vocab,
                 "device": device,
                 "init_from": init_from,

@@ -23,7 +23,7 @@ from distill.eagle3.config import Eagle3Config
 from distill.eagle3.curves import CURVE_NAME, plot_head_training
 from distill.eagle3.generate import GenerationJob, GenerationSpec, generate
 from distill.eagle3.head import Eagle3Head
-from distill.eagle3.prompts import clean_user_turn, self_prompt_requests, training_prompts
+from distill.eagle3.prompts import clean_user_turn, extra_prompts, self_prompt_requests, training_prompts
 from distill.eagle3.training import (
     AcceptanceEstimate,
     FeatureStore,
@@ -181,7 +181,11 @@ def train_eagle3_head(
         )
         (sampled,) = generate(GenerationSpec(**engine, jobs=[user_turns]), progress=gen_progress)
         turns = [t for t in (clean_user_turn(row["text"]) for row in sampled) if t]
-    prompts = training_prompts(config.template_prompts, turns, config.seed)[: config.max_prompts]
+    prompts = training_prompts(config.template_prompts, turns, config.seed)
+    if config.extra_prompts:
+        exclude = {*prompts, *load_prompts(split="heldout")}
+        prompts += extra_prompts(config.seed, config.extra_prompts, exclude)
+    prompts = prompts[: config.max_prompts]
     responses = GenerationJob(
         prompts=prompts, out_dir=data_dir / "responses", max_tokens=config.max_new_tokens
     )

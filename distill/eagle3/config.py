@@ -26,6 +26,12 @@ class Eagle3Config(BaseModel):
     self_prompts: int = Field(
         1500, ge=0, description="User turns the target samples itself (temperature 1) as further prompts."
     )
+    extra_prompts: int = Field(
+        0,
+        ge=0,
+        description="Further template prompts (a second template and topic bank) appended after the base "
+        "set: a later round with more data reuses every shard already generated.",
+    )
     max_prompts: int | None = Field(
         None,
         ge=1,
@@ -90,7 +96,8 @@ class Eagle3Config(BaseModel):
     def data_digest(self) -> str:
         """What the generated data depends on: a different digest means a different data directory.
 
-        ``max_prompts`` is left out on purpose: a larger budget extends the same shards.
+        ``max_prompts`` and ``extra_prompts`` are left out on purpose: a larger budget extends the same
+        shards.
         """
         fields = {"teacher", "template_prompts", "self_prompts", "max_new_tokens", "generation_dtype", "seed"}
         return config_digest(self, include=fields)[:10]
@@ -98,7 +105,8 @@ class Eagle3Config(BaseModel):
     def train_digest(self) -> str:
         """What a training checkpoint depends on; resuming with another digest is refused."""
         fields = {
-            "teacher", "template_prompts", "self_prompts", "max_prompts", "max_new_tokens", "max_seq_len",
+            "teacher", "template_prompts", "self_prompts", "extra_prompts", "max_prompts", "max_new_tokens",
+            "max_seq_len",
             "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
             "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels", "init_from",
         }  # fmt: skip

@@ -124,15 +124,23 @@ def _worker(spec: GenerationSpec) -> None:
 
 
 def _check_resumable(job: GenerationJob) -> None:
-    """A finished shard must hold this job's prompts, or resuming would mix two data sets."""
+    """A finished shard must hold this job's prompts, or resuming would mix two data sets.
+
+    A shard with fewer rows than its slice is the last shard of a smaller earlier run (the prompt list
+    has grown since): it is removed, so the slice is generated again whole.
+    """
     for index in range(num_shards(job)):
         path = shard_path(job.out_dir, index)
         if path.is_file():
-            first = json.loads(path.read_text().split("\n", 1)[0])["prompt"]
-            if first != job.prompts[index * job.shard_size]:
+            lines = [line for line in path.read_text().splitlines() if line.strip()]
+            expected = job.prompts[index * job.shard_size : (index + 1) * job.shard_size]
+            if not lines or json.loads(lines[0])["prompt"] != expected[0]:
                 raise DistillError(
                     f"{path}: generated from other prompts than this run's; use another work directory"
                 )
+            if len(lines) < len(expected):
+                log.info("event=shard_regenerate path=%s rows=%d wanted=%d", path, len(lines), len(expected))
+                path.unlink()
 
 
 def generate(

@@ -4,6 +4,9 @@ Three sources, all made here (there is no dataset hub): the bundled training pro
 crossed with topics, and user turns the target model itself samples at temperature 1 from a seeded
 meta-prompt (:data:`SELF_PROMPT`). Held-out prompts of the bundled set are removed, so acceptance measured
 on them is measured on prompts never trained on.
+
+A later, larger round appends :func:`extra_prompts` (a second template and topic bank crossed with the
+first) after that base set, so every prompt already answered keeps its place and its shard.
 """
 
 from __future__ import annotations
@@ -146,6 +149,175 @@ TEMPLATES = (
     "Write a short dialogue between two friends about {topic}.",
 )
 
+#: The second bank :func:`extra_prompts` crosses with the first: other request shapes and subjects.
+EXTRA_TOPICS = (
+    "compound interest",
+    "renewable energy",
+    "time zones",
+    "DNA",
+    "the immune system",
+    "the French Revolution",
+    "ancient Egypt",
+    "the Silk Road",
+    "Shakespeare",
+    "poetry",
+    "photography",
+    "architecture",
+    "city planning",
+    "public transport",
+    "nuclear power",
+    "wind turbines",
+    "batteries",
+    "semiconductors",
+    "the cloud",
+    "open-source software",
+    "version control with git",
+    "unit testing",
+    "web browsers",
+    "HTTP",
+    "encryption",
+    "social media",
+    "online shopping",
+    "remote work",
+    "team meetings",
+    "customer service",
+    "marketing",
+    "saving for retirement",
+    "credit cards",
+    "renting an apartment",
+    "buying a used car",
+    "houseplants",
+    "composting",
+    "bird watching",
+    "astronomy",
+    "telescopes",
+    "the solar system",
+    "Mars",
+    "satellites",
+    "the speed of light",
+    "sound waves",
+    "the human brain",
+    "memory",
+    "habits",
+    "stress",
+    "exercise",
+    "nutrition",
+    "vitamins",
+    "allergies",
+    "the common cold",
+    "hospitals",
+    "teachers",
+    "homework",
+    "exams",
+    "universities",
+    "scholarships",
+    "volunteering",
+    "elections",
+    "the United Nations",
+    "maps",
+    "the Amazon rainforest",
+    "glaciers",
+    "hurricanes",
+    "tornadoes",
+    "snow",
+    "clouds",
+    "the seasons",
+    "migration of birds",
+    "whales",
+    "octopuses",
+    "ants",
+    "wolves",
+    "pandas",
+    "frogs",
+    "spiders",
+    "bamboo",
+    "cotton",
+    "wool",
+    "glass",
+    "paper",
+    "plastic",
+    "steel",
+    "bridges made of wood",
+    "skyscrapers",
+    "lighthouses",
+    "submarines",
+    "hot air balloons",
+    "rockets",
+    "clocks",
+    "calendars",
+    "money",
+    "banks",
+    "inflation",
+    "supply and demand",
+    "entrepreneurship",
+    "negotiation",
+    "leadership",
+    "kindness",
+    "gratitude",
+    "curiosity",
+    "creativity",
+    "journaling",
+    "reading books",
+    "podcasts",
+    "movies",
+    "theater",
+    "dance",
+    "guitar",
+    "piano",
+    "singing",
+    "knitting",
+    "woodworking",
+    "baking cookies",
+    "making soup",
+    "vegetarian cooking",
+    "spices",
+    "cheese",
+    "apples",
+)
+
+EXTRA_TEMPLATES = (
+    "What is {topic}?",
+    "How does {topic} work?",
+    "Describe {topic} in exactly two sentences.",
+    "Why does {topic} matter in everyday life?",
+    "Write a tweet about {topic}.",
+    "Write a short poem about {topic}.",
+    "Explain {topic} to a ten-year-old.",
+    "List five questions a student might ask about {topic}.",
+    "Give me a fun fact about {topic}.",
+    "What is the most common misconception about {topic}?",
+    "Write a short news headline and summary about {topic}.",
+    "Write an opening line for a novel about {topic}.",
+    "Suggest a title for a blog post about {topic} and outline it.",
+    "What would a world without {topic} look like?",
+    "How has {topic} changed over the last hundred years?",
+    "Give me a simple analogy that explains {topic}.",
+    "What are three beginner mistakes with {topic}?",
+    "Write a two-sentence horror story about {topic}.",
+    "Write a short thank-you note that mentions {topic}.",
+    "Plan a one-hour lesson about {topic}.",
+    "What are the key terms someone should know about {topic}?",
+    "Write a riddle whose answer is {topic}.",
+    "How would you explain {topic} in one sentence?",
+    "Describe {topic} using only simple words.",
+    "Write a short speech for a school assembly about {topic}.",
+    "What are some good books or resources for learning about {topic}?",
+    "Argue for and against spending more money on {topic}.",
+    "Write a short dialogue between a teacher and a student about {topic}.",
+    "What careers are connected to {topic}?",
+    "Give me a checklist for a weekend project about {topic}.",
+    "How is {topic} related to {other}?",
+    "Write a short advertisement for a workshop on {topic}.",
+    "What are the environmental effects of {topic}?",
+    "Explain the science behind {topic}.",
+    "What would you tell a friend who is nervous about {topic}?",
+    "Write a limerick about {topic} and {other}.",
+    "Give three reasons people enjoy {topic}.",
+    "What safety tips apply to {topic}?",
+    "Summarize {topic} in three bullet points.",
+    "Write a diary entry from the point of view of someone who loves {topic}.",
+)
+
 SELF_PROMPT = (
     "Write one question or request that a user might send to an AI assistant about {topic}. "
     "Reply with the request only."
@@ -181,6 +353,28 @@ def clean_user_turn(text: str) -> str | None:
         if line.startswith(prefix):
             line = line[len(prefix) :].strip()
     return line if 10 <= len(line) <= 400 else None
+
+
+def extra_prompts(seed: int, count: int, exclude: set[str]) -> list[str]:
+    """``count`` prompts of both banks' templates x topics, none in ``exclude``, in a seeded order.
+
+    The order does not depend on ``count``, so a larger count extends a smaller one's list.
+    """
+    rng = random.Random(seed + 2)
+    templates, topics = (*TEMPLATES, *EXTRA_TEMPLATES), (*TOPICS, *EXTRA_TOPICS)
+    others = (*TOPICS[:12], *EXTRA_TOPICS[:12])
+    combos = [(t, a, rng.choice([o for o in others if o != a])) for t in templates for a in topics]
+    rng.shuffle(combos)
+    prompts: list[str] = []
+    seen = set(exclude)
+    for template, topic, other in combos:
+        if len(prompts) >= count:
+            break
+        prompt = template.format(topic=topic, other=other)
+        if prompt not in seen:
+            seen.add(prompt)
+            prompts.append(prompt)
+    return prompts
 
 
 def training_prompts(template_count: int, self_generated: list[str], seed: int) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 from pydantic import BaseModel, Field
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from distill.eagle3.head import Eagle3Head, HeadShape
@@ -85,6 +86,11 @@ class FeatureStore:
     def shard(self, index: int) -> Path:
         return self.directory / f"features-{index:05d}.safetensors"
 
+    def shard_rows(self, index: int) -> int:
+        """Sequences in a stored shard (read from its header)."""
+        with safe_open(str(self.shard(index)), framework="pt") as handle:
+            return int(handle.get_slice("lengths").get_shape()[0])
+
     def extract(
         self,
         target: Any,
@@ -102,9 +108,9 @@ class FeatureStore:
         for index in range(shards):
             if progress:
                 progress(index, shards)
-            if self.shard(index).is_file():
-                continue
             chunk = rows[index * shard_rows : (index + 1) * shard_rows]
+            if self.shard(index).is_file() and self.shard_rows(index) == len(chunk):
+                continue  # a shard of other length is the last one of a smaller run: extract it again
             ids_list, feats_list, finals_list, prompt_lens = [], [], [], []
             for start in range(0, len(chunk), 8):
                 batch = chunk[start : start + 8]

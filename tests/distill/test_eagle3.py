@@ -345,14 +345,18 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     # one-hot labels); an untrained or broken loss stays at 2.43.
     assert after["mean_accepted"] > before["mean_accepted"] + 0.12, report["evaluations"]
 
-    # Continuing from the published head (--init-from): same data and features, its weights and vocabulary.
+    # Continuing from the published head (--init-from) on grown data: the same shards plus 16 further
+    # prompts (the short last shard is generated and extracted again), its weights and vocabulary.
     continued = train_eagle3_head(
-        config.model_copy(update={"init_from": manifest.ref, "epochs": 1, "version": "t2"}),
+        config.model_copy(
+            update={"init_from": manifest.ref, "epochs": 1, "version": "t2", "extra_prompts": 16}
+        ),
         registry=registry,
     )
     assert continued.lineage.parents == ["tiny@v1", "tiny-eagle3@t1"]
     again = json.loads((registry.fetch(continued.ref) / "eagle3_report.json").read_text())
     assert again["init_from"] == "tiny-eagle3@t1"
+    assert again["train_sequences"] == report["train_sequences"] + 16
     assert again["evaluations"][0]["mean_accepted"] == pytest.approx(after["mean_accepted"], abs=1e-3)
     first_vocab = Eagle3Head.load_vllm(registry.fetch(manifest.ref)).d2t
     assert torch.equal(Eagle3Head.load_vllm(registry.fetch(continued.ref)).d2t, first_vocab)

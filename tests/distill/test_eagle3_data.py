@@ -1,0 +1,78 @@
+"""EAGLE-3 training data that grows: more prompts extend the shards already generated and extracted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from distill.eagle3.generate import GenerationJob, _check_resumable, _pending, shard_path
+from distill.eagle3.prompts import extra_prompts, template_prompts, training_prompts
+from distill.eagle3.training import FeatureStore
+from distill.errors import DistillError
+from distill.prompts import load_prompts
+
+
+def test_extra_prompts_extend_a_smaller_count_and_skip_the_excluded() -> None:
+    base = training_prompts(300, [], seed=0)
+    heldout = set(load_prompts(split="heldout"))
+    more = extra_prompts(0, 800, {*base, *heldout})
+    assert extra_prompts(0, 300, {*base, *heldout}) == more[:300]
+    assert len(more) == len(set(more)) == 800
+    assert not set(more) & ({*base, *heldout})
+    # They are not the first bank's prompts again: most use the second bank's templates or topics.
+    assert len(set(more) - set(template_prompts(0, 5000))) > 400
+
+
+def _write_shard(job: GenerationJob, index: int, rows: int) -> Path:
+    prompts = job.prompts[index * job.shard_size : index * job.shard_size + rows]
+    path = shard_path(job.out_dir, index)
+    path.write_text("".join(json.dumps({"prompt": p, "output_ids": [1]}) + "\n" for p in prompts))
+    return path
+
+
+def test_a_grown_prompt_list_regenerates_only_the_short_last_shard(tmp_path: Path) -> None:
+    job = GenerationJob(prompts=[f"p{i}" for i in range(10)], out_dir=tmp_path, shard_size=4)
+    full, short = _write_shard(job, 0, 4), _write_shard(job, 1, 2)  # an earlier run of 6 prompts
+    _check_resumable(job)
+    assert full.is_file() and not short.is_file()
+    assert _pending(job) == [1, 2]
+
+
+def test_a_shard_of_other_prompts_is_refused(tmp_path: Path) -> None:
+    job = GenerationJob(prompts=[f"p{i}" for i in range(8)], out_dir=tmp_path, shard_size=4)
+    _write_shard(job.model_copy(update={"prompts": [f"q{i}" for i in range(8)]}), 0, 4)
+    with pytest.raises(DistillError, match="other prompts"):
+        _check_resumable(job)
+
+
+def test_features_of_a_short_last_shard_are_extracted_again(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
+    target = LlamaForCausalLM(config).eval()
+    rows = [{"prompt_ids": [1, 2 + i % 50], "output_ids": [3 + i % 40, 4, 5]} for i in range(7)]
+    store = FeatureStore(tmp_path)
+
+    def extract(count: int) -> None:
+        store.extract(target, rows[:count], [1, 2, 3], max_len=16, shard_rows=4, autocast_dtype=None)
+
+    extract(5)
+    assert [store.shard_rows(i) for i in range(2)] == [4, 1]
+    first = store.shard(0).stat().st_mtime_ns
+    extract(7)
+    assert [store.shard_rows(i) for i in range(2)] == [4, 3]
+    assert store.shard(0).stat().st_mtime_ns == first  # the full shard is kept as it was
+    loaded = store.load()
+    assert [e.ids.tolist() for e in loaded] == [r["prompt_ids"] + r["output_ids"] for r in rows]
