@@ -61,6 +61,16 @@ class FastBenchConfig(BaseModel):
         description="k values timed at one stream before the full run; the fastest is the k the full run "
         "uses. The head records k from an offline cost model; this measures it. Ignored when k is given.",
     )
+    compare: list[str] = Field(
+        default_factory=list,
+        description="Further EAGLE-3 heads (registry refs or directories) timed at one stream with the same "
+        "engine and k: a paired comparison of training rounds, free of the drift between two runs.",
+    )
+    bracket: bool = Field(
+        True,
+        description="Time the standard tier at one stream again after the fast runs; the one-stream "
+        "baseline is the mean of the two timings (the shared CPU drifts), their difference is reported.",
+    )
     streams: list[int] = Field(default_factory=lambda: [1, 4, 16])
     requests_per_stream: int = Field(2, ge=1, description="Requests per stream at >1 streams.")
     single_requests: int = Field(8, ge=1, description="Requests sent one at a time.")
@@ -184,22 +194,29 @@ def run_fast_bench(
     registry = open_registry(config.registry_url)
     teacher = registry.manifest(config.teacher)
     teacher_dir = registry.fetch(teacher.ref)
-    if config.draft and Path(config.draft).expanduser().is_dir():
-        draft_dir, draft_ref, recorded_k = Path(config.draft).expanduser(), config.draft, None
-    else:
-        manifest = (
-            registry.manifest(config.draft)
-            if config.draft
-            else newest_draft_for(registry, teacher.ref, method="eagle3")
-        )
-        if manifest is None:
-            raise FastBenchError(
-                f"no EAGLE-3 head for {teacher.ref}: run `tandem distill --method eagle3` first"
+
+    def resolve_head(draft: str | None) -> tuple[Path, str, int | None]:
+        """A head's directory, name and recorded k, from a directory or a registry ref (None: the newest)."""
+        if draft and Path(draft).expanduser().is_dir():
+            head_dir, ref, recorded = Path(draft).expanduser(), draft, None
+        else:
+            manifest = (
+                registry.manifest(draft)
+                if draft
+                else newest_draft_for(registry, teacher.ref, method="eagle3")
             )
-        draft_dir, draft_ref = registry.fetch(manifest.ref), manifest.ref
-        recorded_k = manifest.metadata.get("num_speculative_tokens")
-    if not is_eagle3_dir(draft_dir):
-        raise FastBenchError(f"{draft_ref}: not an EAGLE-3 head (config.json architectures)")
+            if manifest is None:
+                raise FastBenchError(
+                    f"no EAGLE-3 head for {teacher.ref}: run `tandem distill --method eagle3` first"
+                )
+            head_dir, ref = registry.fetch(manifest.ref), manifest.ref
+            recorded = manifest.metadata.get("num_speculative_tokens")
+        if not is_eagle3_dir(head_dir):
+            raise FastBenchError(f"{ref}: not an EAGLE-3 head (config.json architectures)")
+        return head_dir, ref, recorded
+
+    draft_dir, draft_ref, recorded_k = resolve_head(config.draft)
+    compared = [resolve_head(ref)[:2] for ref in config.compare]  # refused before any engine starts
     k = int(config.num_speculative_tokens or recorded_k or 3)
 
     heldout = load_prompts(split="heldout")
@@ -261,6 +278,18 @@ def run_fast_bench(
         env,
         config.engine_timeout_s,
     )
+    for other_dir, other_ref in compared:
+        say(f"compared head {other_ref} (eagle3, k={k}, one stream)")
+        runs[f"compare[{other_ref}]"] = _run_engine(
+            {
+                **base,
+                "engine": {**engine, "speculative_config": {**eagle, "model": str(other_dir)}},
+                "phases": single,
+            },
+            f"compare-{Path(other_ref).name}",
+            env,
+            config.engine_timeout_s,
+        )
     reference = runs[f"standard[{best_variant}]"]["phases"]["1"]["requests"]
     with tempfile.TemporaryDirectory(prefix="tandem-oracle-") as scratch:
         oracle_file = Path(scratch) / "oracle.json"
@@ -325,6 +354,12 @@ def run_fast_bench(
             config.engine_timeout_s,
         )
 
+    if config.bracket and 1 in config.streams:
+        say(f"standard engine again ({best_variant}, one stream)")
+        runs["standard-again"] = _run_engine(
+            {**base, "engine": engine, "phases": single}, "standard-again", env, config.engine_timeout_s
+        )
+
     summary = summarise(runs, best_variant, k)
     bandwidth = memory_bandwidth_gbps()
     weight_bytes = sum(p.stat().st_size for p in teacher_dir.glob("*.safetensors"))
@@ -373,7 +408,20 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
         "standard": {p: _phase_summary(v) for p, v in standard.items()},
         "fast": {p: _phase_summary(v) for p, v in fast.items()},
     }
-    summary["speedup"] = {p: round(fast[p]["tokens_per_s"] / standard[p]["tokens_per_s"], 3) for p in fast}
+    base_tps = standard["1"]["tokens_per_s"]
+    reference = [r["token_ids"] for r in standard["1"]["requests"]]
+    if "standard-again" in runs:
+        # The one-stream baseline brackets the fast runs: its timings before and after, averaged.
+        again = runs["standard-again"]["phases"]["1"]
+        summary["standard_bracket"] = {
+            "before_tokens_per_s": round(base_tps, 2),
+            "after_tokens_per_s": round(again["tokens_per_s"], 2),
+            "drift": round(again["tokens_per_s"] / base_tps - 1, 3),
+            "lossless": compare_tokens(reference, [r["token_ids"] for r in again["requests"]]),
+        }
+        base_tps = (base_tps + again["tokens_per_s"]) / 2
+    baseline = {p: base_tps if p == "1" else standard[p]["tokens_per_s"] for p in standard}
+    summary["speedup"] = {p: round(fast[p]["tokens_per_s"] / baseline[p], 3) for p in fast}
     slower = [int(p) for p, ratio in summary["speedup"].items() if ratio < 1.0]
     summary["crossover_streams"] = min(slower) if slower else None
     summary["lossless"] = {
@@ -382,7 +430,6 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
         )
         for p in fast
     }
-    base_tps = standard["1"]["tokens_per_s"]
     summary["oracle"] = {
         name.removeprefix("oracle-k"): {
             **_phase_summary(run["phases"]["1"]),
@@ -403,16 +450,21 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
         for name, run in runs.items()
         if name.startswith("sweep-k")
     }
-    if sweep:
-        reference = [r["token_ids"] for r in standard["1"]["requests"]]
-        summary["k_sweep"] = {
-            n: {
-                **_phase_summary(phase),
-                "speedup": round(phase["tokens_per_s"] / base_tps, 3),
-                "lossless": compare_tokens(reference, [r["token_ids"] for r in phase["requests"]]),
+    compared = {
+        name.removeprefix("compare[").removesuffix("]"): run["phases"]["1"]
+        for name, run in runs.items()
+        if name.startswith("compare[")
+    }
+    for key, phases in (("k_sweep", sweep), ("compare", compared)):
+        if phases:
+            summary[key] = {
+                n: {
+                    **_phase_summary(phase),
+                    "speedup": round(phase["tokens_per_s"] / base_tps, 3),
+                    "lossless": compare_tokens(reference, [r["token_ids"] for r in phase["requests"]]),
+                }
+                for n, phase in phases.items()
             }
-            for n, phase in sweep.items()
-        }
     if "ngram" in runs:
         phase = runs["ngram"]["phases"]["1"]
         summary["ngram"] = {**_phase_summary(phase), "speedup": round(phase["tokens_per_s"] / base_tps, 3)}
@@ -437,9 +489,21 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| fast (eagle3, k={summary['num_speculative_tokens']}) | {streams} | {fast['tokens_per_s']} | {fast['tpot_p50_ms']} | "
             f"**{summary['speedup'][streams]}** | {fast.get('acceptance_rate')} | {fast.get('accepted_per_position')} |"
         )
-    for k, phase in summary.get("k_sweep", {}).items():
+    bracket = summary.get("standard_bracket")
+    if bracket:
         rows.append(
-            f"| k sweep: eagle3 k={k} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | {phase.get('accepted_per_position')} |"
+            f"| standard again, after the fast runs (drift {bracket['drift']:+.1%}) | 1 | {bracket['after_tokens_per_s']} | | 1.0 | | |"
+        )
+    labelled = [
+        *((f"k sweep: eagle3 k={k}", phase) for k, phase in summary.get("k_sweep", {}).items()),
+        *(
+            (f"compared head {ref} (k={summary['num_speculative_tokens']})", phase)
+            for ref, phase in summary.get("compare", {}).items()
+        ),
+    ]
+    for label, phase in labelled:
+        rows.append(
+            f"| {label} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | {phase.get('accepted_per_position')} |"
         )
     for k, phase in summary.get("oracle", {}).items():
         rows.append(

@@ -31,6 +31,19 @@ def fast_bench_command(
             "empty: the head's recorded k)."
         ),
     ] = "2,3,4",
+    compare: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A further EAGLE-3 head (ref or directory) timed at one stream beside --draft with the same "
+            "engine and k (repeatable): a paired comparison of training rounds."
+        ),
+    ] = None,
+    bracket: Annotated[
+        bool,
+        typer.Option(
+            help="Time the standard tier at one stream again at the end; the baseline is the mean of both."
+        ),
+    ] = True,
     streams: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
     max_tokens: Annotated[int, typer.Option(min=8, help="Tokens generated per request.")] = 128,
     single_requests: Annotated[int, typer.Option(min=1, help="Requests sent one at a time.")] = 8,
@@ -60,6 +73,8 @@ def fast_bench_command(
         draft=draft,
         num_speculative_tokens=k,
         k_sweep=ints(k_sweep),
+        compare=compare or [],
+        bracket=bracket,
         streams=ints(streams),
         max_tokens=max_tokens,
         single_requests=single_requests,

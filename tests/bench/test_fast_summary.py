@@ -52,3 +52,23 @@ def test_k_sweep_speedups_identity_and_table() -> None:
     assert "| fast (eagle3, k=3) | 1 | 36.0 | 30.0 | **1.8** |" in table
     assert "| k sweep: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 |" in table
     assert "| oracle ceiling k=3 | 1 | 80.0 |" in table and "| untrained | 1 | 18.0 |" in table
+
+
+def test_bracketed_baseline_and_compared_heads() -> None:
+    greedy = [[1, 2, 3], [4, 5, 6]]
+    runs = {
+        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy), "4": _phase(4, 60.0, greedy)}),
+        "fast": _run(**{"1": _phase(1, 33.0, greedy, 1.8), "4": _phase(4, 66.0, greedy, 1.8)}),
+        "compare[head@r3]": _run(**{"1": _phase(1, 27.5, [[1, 2, 3], [4, 5, 0]], 1.6)}),
+        "standard-again": _run(**{"1": _phase(1, 24.0, greedy)}),
+    }
+    summary = summarise(runs, "iomp", 3)
+    # One stream: fast against the mean of the standard timings before and after (22 tok/s).
+    assert summary["speedup"] == {"1": 1.5, "4": 1.1}
+    assert summary["standard_bracket"]["drift"] == 0.2
+    assert summary["standard_bracket"]["lossless"]["lossless"] is True
+    assert summary["compare"]["head@r3"]["speedup"] == 1.25
+    assert summary["compare"]["head@r3"]["lossless"]["lossless"] is False
+    table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
+    assert "| standard again, after the fast runs (drift +20.0%) | 1 | 24.0 |" in table
+    assert "| compared head head@r3 (k=3) | 1 | 27.5 | 30.0 | 1.25 |" in table
