@@ -233,7 +233,8 @@ def train_eagle3_head(
             autocast_dtype=autocast_dtype,
             progress=feature_progress,
         )
-    train_sequences, heldout_sequences = stores["train"].load(), stores["heldout"].load()
+    train_sequences = stores["train"].load(len(rows))
+    heldout_sequences = stores["heldout"].load(len(heldout_rows))
     embed = target.get_input_embeddings()
 
     # 4. Training (checkpointed; the time budget counts across resumes).

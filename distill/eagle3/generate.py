@@ -61,12 +61,13 @@ def _pending(job: GenerationJob) -> list[int]:
     return [i for i in range(num_shards(job)) if not shard_path(job.out_dir, i).is_file()]
 
 
-def read_shards(out_dir: Path) -> list[dict[str, Any]]:
-    """Every finished row under ``out_dir``, in shard order."""
+def read_shards(job: GenerationJob) -> list[dict[str, Any]]:
+    """The finished rows of ``job``'s prompts, in order: a directory grown by a larger run may hold more."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(out_dir.glob("shard-*.jsonl")):
+    for index in range(num_shards(job)):
+        path = shard_path(job.out_dir, index)
         rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return rows
+    return rows[: len(job.prompts)]
 
 
 def _chat_ids(tokenizer: Any, prompt: str) -> list[int]:
@@ -195,7 +196,7 @@ def generate(
                 f"vLLM generation failed (exit {child.returncode}, unfinished: {missing}): {tail}"
             )
     report()
-    return [read_shards(job.out_dir) for job in spec.jobs]
+    return [read_shards(job) for job in spec.jobs]
 
 
 if __name__ == "__main__":

@@ -109,8 +109,8 @@ class FeatureStore:
             if progress:
                 progress(index, shards)
             chunk = rows[index * shard_rows : (index + 1) * shard_rows]
-            if self.shard(index).is_file() and self.shard_rows(index) == len(chunk):
-                continue  # a shard of other length is the last one of a smaller run: extract it again
+            if self.shard(index).is_file() and self.shard_rows(index) >= len(chunk):
+                continue  # a shorter shard is the last one of a smaller run: extract it again
             ids_list, feats_list, finals_list, prompt_lens = [], [], [], []
             for start in range(0, len(chunk), 8):
                 batch = chunk[start : start + 8]
@@ -152,10 +152,12 @@ class FeatureStore:
         if progress:
             progress(shards, shards)
 
-    def load(self) -> list[Example]:
-        """Every stored sequence."""
-        sequences = []
+    def load(self, count: int | None = None) -> list[Example]:
+        """The first ``count`` stored sequences (None: all): a store grown by a larger run may hold more."""
+        sequences: list[Example] = []
         for path in sorted(self.directory.glob("features-*.safetensors")):
+            if count is not None and len(sequences) >= count:
+                break
             data = load_file(str(path))
             offsets = [0, *torch.cumsum(data["lengths"], 0).tolist()]
             final = data.get("final")
@@ -169,7 +171,7 @@ class FeatureStore:
                         None if final is None else final[a:b],
                     )
                 )
-        return sequences
+        return sequences[:count]
 
 
 def init_from_target(head: Eagle3Head, target: Any) -> None:

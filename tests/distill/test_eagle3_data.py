@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distill.eagle3.generate import GenerationJob, _check_resumable, _pending, shard_path
+from distill.eagle3.generate import GenerationJob, _check_resumable, _pending, read_shards, shard_path
 from distill.eagle3.prompts import extra_prompts, template_prompts, training_prompts
 from distill.eagle3.training import FeatureStore
 from distill.errors import DistillError
@@ -39,6 +39,17 @@ def test_a_grown_prompt_list_regenerates_only_the_short_last_shard(tmp_path: Pat
     _check_resumable(job)
     assert full.is_file() and not short.is_file()
     assert _pending(job) == [1, 2]
+
+
+def test_a_smaller_job_reads_only_its_own_rows_of_a_grown_directory(tmp_path: Path) -> None:
+    grown = GenerationJob(prompts=[f"p{i}" for i in range(10)], out_dir=tmp_path, shard_size=4)
+    for index, rows in enumerate((4, 4, 2)):
+        _write_shard(grown, index, rows)
+    smaller = grown.model_copy(update={"prompts": grown.prompts[:6]})
+    _check_resumable(smaller)
+    assert not _pending(smaller)
+    assert [row["prompt"] for row in read_shards(smaller)] == smaller.prompts
+    assert len(read_shards(grown)) == 10
 
 
 def test_a_shard_of_other_prompts_is_refused(tmp_path: Path) -> None:
@@ -74,5 +85,9 @@ def test_features_of_a_short_last_shard_are_extracted_again(tmp_path: Path) -> N
     extract(7)
     assert [store.shard_rows(i) for i in range(2)] == [4, 3]
     assert store.shard(0).stat().st_mtime_ns == first  # the full shard is kept as it was
-    loaded = store.load()
+    loaded = store.load(7)
     assert [e.ids.tolist() for e in loaded] == [r["prompt_ids"] + r["output_ids"] for r in rows]
+    # A smaller run in the grown store keeps every shard and reads only its own sequences.
+    extract(5)
+    assert [store.shard_rows(i) for i in range(2)] == [4, 3]
+    assert [e.ids.tolist() for e in store.load(5)] == [e.ids.tolist() for e in loaded[:5]]
