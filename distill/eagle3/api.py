@@ -181,16 +181,16 @@ def train_eagle3_head(
         )
         (sampled,) = generate(GenerationSpec(**engine, jobs=[user_turns]), progress=gen_progress)
         turns = [t for t in (clean_user_turn(row["text"]) for row in sampled) if t]
+    heldout_prompts = load_prompts(split="heldout")
     prompts = training_prompts(config.template_prompts, turns, config.seed)
     if config.extra_prompts:
-        exclude = {*prompts, *load_prompts(split="heldout")}
-        prompts += extra_prompts(config.seed, config.extra_prompts, exclude)
+        prompts += extra_prompts(config.seed, config.extra_prompts, {*prompts, *heldout_prompts})
     prompts = prompts[: config.max_prompts]
     responses = GenerationJob(
         prompts=prompts, out_dir=data_dir / "responses", max_tokens=config.max_new_tokens
     )
     heldout = GenerationJob(
-        prompts=load_prompts(split="heldout"), out_dir=data_dir / "heldout", max_tokens=config.max_new_tokens
+        prompts=heldout_prompts, out_dir=data_dir / "heldout", max_tokens=config.max_new_tokens
     )
     rows, heldout_rows = generate(GenerationSpec(**engine, jobs=[responses, heldout]), progress=gen_progress)
     train_tokens = sum(len(r["output_ids"]) for r in rows)

@@ -43,10 +43,13 @@ def _completion_counts(rows: Sequence[dict[str, Any]]) -> Counter[int]:
     return counts
 
 
+def _coverage(counts: Counter[int], vocab: Sequence[int]) -> float:
+    return sum(counts[t] for t in set(vocab)) / max(1, sum(counts.values()))
+
+
 def vocab_coverage(rows: Sequence[dict[str, Any]], vocab: Sequence[int]) -> float:
     """Share of the completions' tokens inside the draft vocabulary ``vocab`` (target ids)."""
-    counts = _completion_counts(rows)
-    return sum(counts[t] for t in set(vocab)) / max(1, sum(counts.values()))
+    return _coverage(_completion_counts(rows), vocab)
 
 
 def choose_draft_vocab(
@@ -59,7 +62,7 @@ def choose_draft_vocab(
     filler = (i for i in range(target_vocab) if i not in counts)
     while len(common) < size:
         common.append(next(filler))
-    return torch.tensor(sorted(common[:size]), dtype=torch.long), vocab_coverage(rows, common[:size])
+    return torch.tensor(sorted(common[:size]), dtype=torch.long), _coverage(counts, common[:size])
 
 
 class Example(NamedTuple):
