@@ -113,6 +113,16 @@ VARIANTS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
         {"LD_PRELOAD": "iomp", "VLLM_CPU_OMP_THREADS_BIND": "0"},
         {},
     ),
+    "iomp-allcores": (
+        "Intel OpenMP + model threads on every core (vLLM reserves none for its scheduler process)",
+        {"LD_PRELOAD": "iomp", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+        {},
+    ),
+    "iomp-allcores-compiled": (
+        "Intel OpenMP + every core + torch.compile (enforce_eager off)",
+        {"LD_PRELOAD": "iomp", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+        {"enforce_eager": False},
+    ),
 }
 
 

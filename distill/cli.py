@@ -82,7 +82,7 @@ def distill_command(
     method: Annotated[
         DraftMethod,
         typer.Option(
-            help="eagle3: a 1-layer EAGLE-3 head over the target's hidden states (the fast tier's default); "
+            help="eagle3: an EAGLE-3 head (1 decoder layer by default) over the target's hidden states (the fast tier's default); "
             "layer-subset: a small draft LM built from a subset of the target's layers."
         ),
     ] = DraftMethod.eagle3,
@@ -125,6 +125,13 @@ def distill_command(
             "from, keeping its draft vocabulary."
         ),
     ] = None,
+    head_layers: Annotated[
+        int | None,
+        typer.Option(
+            help="eagle3: decoder layers of the head (default 1); with --init-from, a smaller head grows, "
+            "its new layers starting as the identity."
+        ),
+    ] = None,
     layers: Annotated[
         int | None, typer.Option(help="layer-subset: draft depth, layers spread evenly.")
     ] = None,
@@ -159,6 +166,7 @@ def distill_command(
                 "draft_vocab_size": draft_vocab,
                 "device": device,
                 "init_from": init_from,
+                "head_layers": head_layers,
             },
         )
         with _stage_progress() as progress:

@@ -132,7 +132,12 @@ def warm_start_head(
     for what, (found, wanted) in checks.items():
         if found != wanted:
             raise DistillError(f"--init-from {manifest.ref}: {what} is {found}, this run needs {wanted}")
-    return head, manifest.ref
+    if shape.num_layers > config.head_layers:
+        raise DistillError(
+            f"--init-from {manifest.ref}: the head has {shape.num_layers} layers, this run asks for "
+            f"{config.head_layers} (a head can grow, not shrink)"
+        )
+    return head.with_layers(config.head_layers), manifest.ref
 
 
 def train_eagle3_head(
@@ -210,7 +215,7 @@ def train_eagle3_head(
         else:
             vocab, coverage = choose_draft_vocab(rows, config.draft_vocab_size, int(target.config.vocab_size))
             write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
-        head = new_head(target.config, vocab, config.aux_layers)
+        head = new_head(target.config, vocab, config.aux_layers, config.head_layers)
         init_from_target(head, target)
     head.to(device)
 

@@ -53,6 +53,13 @@ class Eagle3Config(BaseModel):
     aux_layers: list[int] | None = Field(
         None, description="Target layers fused by fc (vLLM aux ids); None: vLLM's default (2, L/2, L-3)."
     )
+    head_layers: int = Field(
+        1,
+        ge=1,
+        le=4,
+        description="Decoder layers of the head. With init_from, a head of fewer layers keeps its weights and "
+        "gains zero-initialised layers that start as the identity (it drafts as before until trained).",
+    )
     init_from: str | None = Field(
         None,
         description="Registry ref of an EAGLE-3 draft of the same teacher to continue training: its "
@@ -109,5 +116,6 @@ class Eagle3Config(BaseModel):
             "max_seq_len",
             "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
             "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels", "init_from",
+            *(("head_layers",) if self.head_layers != 1 else ()),
         }  # fmt: skip
         return config_digest(self, include=fields)[:10]

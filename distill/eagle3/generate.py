@@ -170,12 +170,20 @@ def generate(
         home = spec.jobs[0].out_dir.parent
         spec_file, log_path = home / "generation-spec.json", home / "generation-engine.log"
         spec_file.write_text(spec.model_dump_json())
+        # The served tiers' CPU engine environment (Intel OpenMP, model threads on every core).
+        from serving.tiers import EngineConfig, engine_env
+
+        tuned = engine_env(EngineConfig())
         with log_path.open("ab") as engine_log:
             child = subprocess.Popen(
                 [sys.executable, "-m", "distill.eagle3.generate", str(spec_file)],
                 stdout=engine_log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")},
+                env={
+                    **os.environ,
+                    **tuned,
+                    "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+                },
             )
             started = time.monotonic()
             try:

@@ -2,10 +2,11 @@
 ``llama_eagle3`` loader reads.
 
 The head mirrors vLLM's ``Eagle3LlamaForCausalLM`` exactly (``model_executor/models/llama_eagle3.py``):
-``fc`` fuses three target layers' residual streams; one Llama decoder layer reads
-``cat(input_layernorm(embed(next token)), hidden_norm(h))``; ``norm`` then an ``lm_head`` over a reduced
-draft vocabulary whose ids map to the target's through ``d2t`` (``target = draft + d2t[draft]``). Later
-draft steps feed the layer's pre-norm output back as ``h`` (no ``fc``). Embeddings are the target's own
+``fc`` fuses three target layers' residual streams; the first Llama decoder layer reads
+``cat(input_layernorm(embed(next token)), hidden_norm(h))``, any further layers (``num_layers`` > 1) the
+residual stream alone; ``norm`` then an ``lm_head`` over a reduced draft vocabulary whose ids map to the
+target's through ``d2t`` (``target = draft + d2t[draft]``). Later draft steps feed the last layer's pre-norm
+output back as ``h`` (no ``fc``). Embeddings are the target's own
 (not stored), as vLLM shares them when the checkpoint has none.
 
 Training unrolls ``steps`` draft steps with EAGLE-3's training-time test: step j's query at base position t
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from pydantic import BaseModel, Field
@@ -44,10 +45,11 @@ class HeadShape(BaseModel):
     target_vocab_size: int
     draft_vocab_size: int
     aux_layers: list[int] = Field(description="Target residual streams fused by fc: HF hidden_states[i].")
+    num_layers: int = Field(1, ge=1, description="Decoder layers of the head (vLLM's num_hidden_layers).")
 
     @classmethod
     def from_target(
-        cls, config: Any, draft_vocab_size: int, aux_layers: list[int] | None = None
+        cls, config: Any, draft_vocab_size: int, aux_layers: list[int] | None = None, num_layers: int = 1
     ) -> HeadShape:
         layers = int(config.num_hidden_layers)
         rope = getattr(config, "rope_parameters", None) or {}
@@ -64,6 +66,7 @@ class HeadShape(BaseModel):
             target_vocab_size=config.vocab_size,
             draft_vocab_size=min(draft_vocab_size, config.vocab_size),
             aux_layers=aux_layers or default_aux_layers(layers),
+            num_layers=num_layers,
         )
 
     def rope_config(self) -> Any:
@@ -91,12 +94,12 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class _Attention(nn.Module):
-    def __init__(self, shape: HeadShape) -> None:
+    def __init__(self, shape: HeadShape, width: int) -> None:
         super().__init__()
         h, kv = shape.hidden_size, shape.num_key_value_heads * shape.head_dim
-        self.q_proj = nn.Linear(2 * h, shape.num_attention_heads * shape.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * h, kv, bias=False)
-        self.v_proj = nn.Linear(2 * h, kv, bias=False)
+        self.q_proj = nn.Linear(width, shape.num_attention_heads * shape.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, kv, bias=False)
+        self.v_proj = nn.Linear(width, kv, bias=False)
         self.o_proj = nn.Linear(shape.num_attention_heads * shape.head_dim, h, bias=False)
 
 
@@ -112,19 +115,21 @@ class _MLP(nn.Module):
 
 
 class _MidLayer(nn.Module):
-    """The decoder layer; its first attention input is 2H wide (embedding + hidden state)."""
+    """A decoder layer. The first one's attention input is 2H wide (embedding + hidden state), a later one's
+    H (the residual stream); every layer carries ``hidden_norm``, as vLLM's loader expects."""
 
-    def __init__(self, shape: HeadShape) -> None:
+    def __init__(self, shape: HeadShape, first: bool = True) -> None:
         super().__init__()
         self.input_layernorm = LlamaRMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.hidden_norm = LlamaRMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.self_attn = _Attention(shape)
+        self.self_attn = _Attention(shape, (2 if first else 1) * shape.hidden_size)
         self.post_attention_layernorm = LlamaRMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = _MLP(shape)
 
 
 class Eagle3Head(nn.Module):
-    """One-layer EAGLE-3 drafter; parameter names follow the checkpoint format (``midlayer.*``)."""
+    """EAGLE-3 drafter; parameter names follow the checkpoint format: the first decoder layer is
+    ``midlayer.*`` (vLLM maps it to ``layers.0``), further ones ``layers.<i>.*``."""
 
     d2t: torch.Tensor
     t2d: torch.Tensor
@@ -135,6 +140,10 @@ class Eagle3Head(nn.Module):
         h = shape.hidden_size
         self.fc = nn.Linear(h * len(shape.aux_layers), h, bias=False)
         self.midlayer = _MidLayer(shape)
+        # A ModuleDict keyed "1".."n-1" so the checkpoint names read layers.<i>, as vLLM numbers them.
+        self.layers = nn.ModuleDict(
+            {str(i): _MidLayer(shape, first=False) for i in range(1, shape.num_layers)}
+        )
         self.norm = LlamaRMSNorm(h, shape.rms_norm_eps)
         self.lm_head = nn.Linear(h, shape.draft_vocab_size, bias=False)
         self.rotary = LlamaRotaryEmbedding(shape.rope_config())
@@ -158,8 +167,28 @@ class Eagle3Head(nn.Module):
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]
 
-    def _qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        attn, s = self.midlayer.self_attn, self.shape
+    def decoder_layers(self) -> list[_MidLayer]:
+        return [
+            self.midlayer,
+            *(cast(_MidLayer, self.layers[str(i)]) for i in range(1, self.shape.num_layers)),
+        ]
+
+    def with_layers(self, num_layers: int) -> Eagle3Head:
+        """This head grown to ``num_layers`` decoder layers: its own weights kept, each new layer's output
+        projections (``o_proj``, ``down_proj``) zero, so the grown head drafts exactly as this one does until
+        training moves them (a residual block that starts as the identity)."""
+        if num_layers < self.shape.num_layers:
+            raise ValueError(f"cannot shrink a {self.shape.num_layers}-layer head to {num_layers} layers")
+        grown = Eagle3Head(self.shape.model_copy(update={"num_layers": num_layers}))
+        grown.load_state_dict(self.state_dict(), strict=False)
+        with torch.no_grad():
+            for layer in grown.decoder_layers()[self.shape.num_layers :]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+        return grown.to(self.fc.weight.device)
+
+    def _qkv(self, attn: _Attention, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s = self.shape
         b, t, _ = x.shape
         q = attn.q_proj(x).view(b, t, s.num_attention_heads, s.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(b, t, s.num_key_value_heads, s.head_dim).transpose(1, 2)
@@ -186,42 +215,57 @@ class Eagle3Head(nn.Module):
         for the LM head only at positions it learns from).
         """
         b, t, _ = features.shape
-        layer = self.midlayer
         hidden = self.fc(features)
         base = torch.arange(t, device=features.device).unsqueeze(0).expand(b, t)
         causal = torch.ones(t, t, dtype=torch.bool, device=features.device).tril()
         allowed = causal.unsqueeze(0) & attention_mask.bool().unsqueeze(1)  # [B, Tq, Tk]
-        scale = self.shape.head_dim**-0.5
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
+        layers = self.decoder_layers()
+        # Per layer, the keys and values of every step so far (each layer has its own KV cache in vLLM).
+        keys: list[list[torch.Tensor]] = [[] for _ in layers]
+        values: list[list[torch.Tensor]] = [[] for _ in layers]
         outputs = []
         for step in range(steps):
-            residual = hidden
-            x = torch.cat(
-                [layer.input_layernorm(input_embeds[:, step : step + t]), layer.hidden_norm(hidden)], dim=-1
-            )
-            q, k, v = self._qkv(x, base + step)
-            if step == 0:
-                scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
-                scores = scores.masked_fill(~allowed.unsqueeze(1), torch.finfo(scores.dtype).min)
-                keys, values = [k], [v]
-            else:
-                keys.append(k)
-                values.append(v)
-                first = torch.einsum("bhqd,bhkd->bhqk", q, keys[0]) * scale
-                first = first.masked_fill(~allowed.unsqueeze(1), torch.finfo(first.dtype).min)
-                diagonal = torch.stack([(q * kk).sum(-1) * scale for kk in keys[1:]], dim=-1)
-                scores = torch.cat([first, diagonal], dim=-1)
-            probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
-            context = torch.einsum("bhqk,bhkd->bhqd", probs[..., :t], values[0])
-            for i, vv in enumerate(values[1:]):
-                context = context + probs[..., t + i].unsqueeze(-1) * vv
-            context = context.transpose(1, 2).reshape(b, t, -1)
-            residual = layer.self_attn.o_proj(context) + residual
-            residual = layer.mlp(layer.post_attention_layernorm(residual)) + residual
-            outputs.append(self.norm(residual))
-            hidden = residual  # vLLM feeds the pre-norm output to the next draft step
+            positions = base + step
+            stream = hidden
+            for index, layer in enumerate(layers):
+                if index == 0:
+                    embeds = layer.input_layernorm(input_embeds[:, step : step + t])
+                    x = torch.cat([embeds, layer.hidden_norm(hidden)], dim=-1)
+                else:
+                    x = layer.input_layernorm(stream)
+                q, k, v = self._qkv(layer.self_attn, x, positions)
+                keys[index].append(k)
+                values[index].append(v)
+                context = self._ttt_attention(q, keys[index], values[index], allowed)
+                stream = layer.self_attn.o_proj(context) + stream
+                stream = layer.mlp(layer.post_attention_layernorm(stream)) + stream
+            outputs.append(self.norm(stream))
+            hidden = stream  # vLLM feeds the pre-norm output to the next draft step
         return outputs
+
+    def _ttt_attention(
+        self,
+        q: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        allowed: torch.Tensor,
+    ) -> torch.Tensor:
+        """Step j's attention: causal over step 1's keys, plus steps 2..j's keys at the query's own base
+        position (the training-time test of the module docstring). Returns [B, T, heads * head_dim]."""
+        b, _, t, _ = q.shape
+        scale = self.shape.head_dim**-0.5
+        first = torch.einsum("bhqd,bhkd->bhqk", q, keys[0]) * scale
+        first = first.masked_fill(~allowed.unsqueeze(1), torch.finfo(first.dtype).min)
+        if len(keys) > 1:
+            diagonal = torch.stack([(q * kk).sum(-1) * scale for kk in keys[1:]], dim=-1)
+            scores = torch.cat([first, diagonal], dim=-1)
+        else:
+            scores = first
+        probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+        context = torch.einsum("bhqk,bhkd->bhqd", probs[..., :t], values[0])
+        for i, vv in enumerate(values[1:]):
+            context = context + probs[..., t + i].unsqueeze(-1) * vv
+        return context.transpose(1, 2).reshape(b, t, -1)
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits of :meth:`forward`'s hidden states."""
@@ -239,7 +283,7 @@ class Eagle3Head(nn.Module):
             "num_attention_heads": s.num_attention_heads,
             "num_key_value_heads": s.num_key_value_heads,
             "head_dim": s.head_dim,
-            "num_hidden_layers": 1,
+            "num_hidden_layers": s.num_layers,
             "rms_norm_eps": s.rms_norm_eps,
             "rope_parameters": {"rope_type": "default", "rope_theta": s.rope_theta},
             "rope_theta": s.rope_theta,

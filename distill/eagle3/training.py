@@ -474,7 +474,9 @@ class HeadTrainer:
         return True
 
 
-def new_head(target_config: Any, draft_vocab: torch.Tensor, aux_layers: list[int] | None) -> Eagle3Head:
-    head = Eagle3Head(HeadShape.from_target(target_config, len(draft_vocab), aux_layers))
+def new_head(
+    target_config: Any, draft_vocab: torch.Tensor, aux_layers: list[int] | None, num_layers: int = 1
+) -> Eagle3Head:
+    head = Eagle3Head(HeadShape.from_target(target_config, len(draft_vocab), aux_layers, num_layers))
     head.set_vocab(draft_vocab)
     return head

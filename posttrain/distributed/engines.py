@@ -29,7 +29,7 @@ from serving.tiers import (
     EngineConfig,
     base_engine_kwargs,
     cuda_available,
-    intel_openmp_library,
+    engine_env,
     model_window,
 )
 
@@ -43,6 +43,8 @@ def _rollout_engine() -> EngineConfig:
         max_num_seqs=64,
         tool_call_parser=None,
         intel_openmp=False,
+        # Rollout engines share the cores with the learners: keep vLLM's own reservation of a core.
+        cpu_reserved_cores=None,
         # On CPU the KV cache is host memory: size it, not a fraction of one NUMA node per engine.
         extra={"kv_cache_memory_bytes": 256 * 1024 * 1024},
     )
@@ -260,10 +262,7 @@ def start_engines(
     """Start ``count`` engine actors on ``model_dir`` and wait until every one is ready: {name: handle}."""
     import ray
 
-    env: dict[str, str] = {}
-    library = intel_openmp_library()
-    if config.engine.intel_openmp and library is not None and config.num_gpus == 0:
-        env["LD_PRELOAD"] = str(library)
+    env = engine_env(config.engine) if config.num_gpus == 0 else dict(config.engine.env)
     actor: Any = ray.remote(RolloutEngine).options(  # type: ignore[attr-defined]
         num_cpus=config.num_cpus,
         num_gpus=config.num_gpus,

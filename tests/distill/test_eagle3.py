@@ -61,11 +61,12 @@ def test_draft_vocabulary_maps_both_ways() -> None:
     assert int(to_draft[1]) == -1
 
 
-def test_later_steps_see_only_their_own_diagonal() -> None:
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_later_steps_see_only_their_own_diagonal(num_layers: int) -> None:
     """Changing a future position must not change any step's logits at an earlier position (causality),
     and step 2 at position t must depend on step 1's output at t (the draft's own hidden state)."""
     torch.manual_seed(0)
-    head = Eagle3Head(_shape()).eval()
+    head = Eagle3Head(_shape(num_layers=num_layers)).eval()
     features = torch.randn(1, 6, 3 * 128)
     embeds = torch.randn(1, 8, 128)
     mask = torch.ones(1, 6, dtype=torch.long)
@@ -98,8 +99,42 @@ def test_vllm_checkpoint_roundtrip(tmp_path: Path) -> None:
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
 
-def _published_head(registry: FileRegistry, tmp_path: Path, version: str, **metadata: object) -> str:
-    head = Eagle3Head(_shape())
+def test_a_grown_head_drafts_as_before_and_saves_its_layers_as_vllm_numbers_them(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape()).eval()
+    head.set_vocab(torch.arange(0, 128, 2))
+    grown = head.with_layers(3).eval()
+    features, embeds, mask = torch.randn(2, 5, 3 * 128), torch.randn(2, 7, 128), torch.ones(2, 5)
+    with torch.no_grad():
+        for before, after in zip(
+            head(features, embeds, mask, 3), grown(features, embeds, mask, 3), strict=True
+        ):
+            assert torch.allclose(before, after, atol=1e-6)
+    with torch.no_grad():  # the new layers are live: moving their output projections changes the drafts
+        grown.layers["2"].mlp.down_proj.weight.normal_()
+        assert not torch.allclose(head(features, embeds, mask, 1)[0], grown(features, embeds, mask, 1)[0])
+
+    grown.save_vllm(tmp_path / "grown")
+    config = json.loads((tmp_path / "grown" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(tmp_path / "grown" / "model.safetensors"))
+    assert tensors["midlayer.self_attn.q_proj.weight"].shape == (128, 256)  # embedding + hidden state
+    assert tensors["layers.1.self_attn.q_proj.weight"].shape == (128, 128)  # the residual stream alone
+    assert {"layers.1.hidden_norm.weight", "layers.2.mlp.down_proj.weight"} <= set(tensors)
+    loaded = Eagle3Head.load_vllm(tmp_path / "grown")
+    assert loaded.shape.num_layers == 3
+    for name, tensor in grown.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+    with pytest.raises(ValueError, match="cannot shrink"):
+        grown.with_layers(2)
+
+
+def _published_head(
+    registry: FileRegistry, tmp_path: Path, version: str, num_layers: int = 1, **metadata: object
+) -> str:
+    head = Eagle3Head(_shape(num_layers=num_layers))
     head.set_vocab(torch.arange(0, 128, 2))
     directory = head.save_vllm(tmp_path / f"head-{version}")
     return registry.publish(directory, "draft", version, kind="draft", metadata=metadata).ref
@@ -138,6 +173,26 @@ def test_warm_start_refuses_a_head_of_another_shape_or_teacher(
     config = Eagle3Config(teacher="tiny@v1", init_from=ref, aux_layers=aux_layers)
     with pytest.raises(DistillError, match=message):
         warm_start_head(registry, config, teacher, target_config)
+
+
+def test_warm_start_grows_a_head_but_never_shrinks_one(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from distill.eagle3.api import warm_start_head
+    from distill.errors import DistillError
+    from infra.manifest import ArtifactManifest
+
+    registry = FileRegistry(tmp_path / "registry")
+    teacher = ArtifactManifest(name="tiny", version="v1", kind="model", files=[])
+    target_config = SimpleNamespace(vocab_size=1000, hidden_size=128)
+    one = _published_head(registry, tmp_path, "v1", **EAGLE3_OF_TINY)
+    grown, _ = warm_start_head(
+        registry, Eagle3Config(teacher="tiny@v1", init_from=one, head_layers=2), teacher, target_config
+    )
+    assert grown.shape.num_layers == 2 and "layers.1.mlp.down_proj.weight" in grown.state_dict()
+    two = _published_head(registry, tmp_path, "v2", num_layers=2, **EAGLE3_OF_TINY)
+    with pytest.raises(DistillError, match="the head has 2 layers, this run asks for 1"):
+        warm_start_head(registry, Eagle3Config(teacher="tiny@v1", init_from=two), teacher, target_config)
 
 
 def test_warm_start_keeps_the_published_weights_and_vocabulary(tmp_path: Path) -> None:
@@ -346,10 +401,17 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     assert after["mean_accepted"] > before["mean_accepted"] + 0.12, report["evaluations"]
 
     # Continuing from the published head (--init-from) on grown data: the same shards plus 16 further
-    # prompts (the short last shard is generated and extracted again), its weights and vocabulary.
+    # prompts (the short last shard is generated and extracted again), its weights and vocabulary, grown
+    # to two decoder layers (the new one starts as the identity, so the first evaluation is unchanged).
     continued = train_eagle3_head(
         config.model_copy(
-            update={"init_from": manifest.ref, "epochs": 1, "version": "t2", "extra_prompts": 16}
+            update={
+                "init_from": manifest.ref,
+                "epochs": 1,
+                "version": "t2",
+                "extra_prompts": 16,
+                "head_layers": 2,
+            }
         ),
         registry=registry,
     )
@@ -360,6 +422,7 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     assert again["evaluations"][0]["mean_accepted"] == pytest.approx(after["mean_accepted"], abs=1e-3)
     first_vocab = Eagle3Head.load_vllm(registry.fetch(manifest.ref)).d2t
     assert torch.equal(Eagle3Head.load_vllm(registry.fetch(continued.ref)).d2t, first_vocab)
+    assert json.loads((registry.fetch(continued.ref) / "config.json").read_text())["num_hidden_layers"] == 2
 
     heldout = [
         json.loads(line)
@@ -368,7 +431,7 @@ def test_tiny_head_trains_publishes_and_vllm_serves_it_losslessly(tmp_path: Path
     ]
     spec = {
         "model": str(registry.fetch("tiny@v1")),
-        "head": str(registry.fetch(manifest.ref)),
+        "head": str(registry.fetch(continued.ref)),  # vLLM serves the two-layer head
         "prompts": [row["prompt_ids"] for row in heldout[:8]],
         "max_tokens": 32,
     }

@@ -191,9 +191,21 @@ def test_intel_openmp_is_preloaded_into_cpu_engines_only_when_asked(registry: Fi
         pytest.skip("no libiomp5.so in this environment")
     assert engine_env(EngineConfig())["LD_PRELOAD"].endswith("libiomp5.so")
     assert "LD_PRELOAD" not in engine_env(EngineConfig(intel_openmp=False))
-    assert engine_env(EngineConfig(intel_openmp=False, env={"A": "1"})) == {"A": "1"}
+    assert engine_env(EngineConfig(intel_openmp=False, cpu_reserved_cores=None, env={"A": "1"})) == {"A": "1"}
     resolved = resolve_tier(TierConfig(name="standard", model_id="tandem-standard", model="toy@v1"), registry)
     assert to_llm_config(resolved).runtime_env["env_vars"]["LD_PRELOAD"].endswith("libiomp5.so")
+
+
+def test_cpu_engines_bind_model_threads_to_every_core_unless_told(registry: FileRegistry) -> None:
+    from serving.tiers import EngineConfig, engine_env
+
+    assert engine_env(EngineConfig())["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert engine_env(EngineConfig(cpu_reserved_cores=2))["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "2"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in engine_env(EngineConfig(cpu_reserved_cores=None))
+    told = EngineConfig(env={"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+    assert engine_env(told)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    resolved = resolve_tier(TierConfig(name="standard", model_id="tandem-standard", model="toy@v1"), registry)
+    assert to_llm_config(resolved).runtime_env["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
 
 
 def test_cpu_engines_prefill_whole_prompts(registry: FileRegistry) -> None:
