@@ -42,6 +42,10 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_TEACHER = "smollm2-135m-instruct@base"
 
 
+#: The standard tier's tuning variants a plain ``tandem bench fast`` measures (all of them: ``VARIANTS``).
+DEFAULT_VARIANTS = ("iomp", "iomp-allcores", "iomp-allcores-compiled")
+
+
 class FastBenchError(TandemError):
     """A benchmark engine failed or its inputs are missing."""
 
@@ -81,9 +85,15 @@ class FastBenchConfig(BaseModel):
     untrained: bool = Field(True, description="Also time an untrained head of the same shape (true c).")
     ngram: bool = Field(True, description="Also time vLLM n-gram prompt lookup.")
     variants: list[str] = Field(
-        default_factory=lambda: ["iomp", "default", "iomp-compiled", "iomp-1core"],
+        default_factory=lambda: list(DEFAULT_VARIANTS),
         description="Engine tuning variants measured for the standard tier (see VARIANTS); the fastest at "
         "one stream is the baseline and the fast tier runs with it.",
+    )
+    shared_host: list[str] = Field(
+        default_factory=lambda: ["iomp", "iomp-allcores"],
+        description="Variants also timed as two standard engines decoding at once, one stream each (the two "
+        "tiers of `tandem serve` share this host's cores): does binding every core still pay when a second "
+        "engine competes for them?",
     )
     dtype: str = Field("float32", description="Both tiers' dtype (float32: greedy identity is exact).")
     max_num_seqs: int = 32
@@ -141,6 +151,22 @@ def variant_settings(variant: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
     return run_engine_process("bench.fast_engine", spec, label, env, timeout_s, FastBenchError)
+
+
+def _run_engine_pair(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s: int) -> dict[str, Any]:
+    """Two engine processes on ``spec`` at once, timing their phases from a common start (a barrier after
+    warm-up): {"engines": [result, result]}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with tempfile.TemporaryDirectory(prefix="tandem-bench-barrier-") as barrier:
+        paired = {**spec, "start_barrier": {"dir": barrier, "parties": 2}}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(_run_engine, paired, f"{label}-{i}", env, timeout_s) for i in range(2)]
+            return {"engines": [future.result() for future in futures]}
+
+
+def single_phase(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in phases if p["streams"] == 1]
 
 
 def chat_token_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
@@ -262,10 +288,18 @@ def run_fast_bench(
             variant_env,
             config.engine_timeout_s,
         )
+    for variant in config.shared_host:
+        say(f"two standard engines at once ({variant}, one stream each)")
+        runs[f"shared[{variant}]"] = _run_engine_pair(
+            {**base, "engine": {**engine, **variant_settings(variant)[1]}, "phases": single_phase(phases)},
+            f"shared-{variant}",
+            variant_settings(variant)[0],
+            config.engine_timeout_s,
+        )
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
     env, best_engine = variant_settings(best_variant)
     engine = {**engine, **best_engine}
-    single = [p for p in phases if p["streams"] == 1]
+    single = single_phase(phases)
 
     def eagle_config(n: int) -> dict[str, Any]:
         return {"method": "eagle3", "model": str(draft_dir), "num_speculative_tokens": n}
@@ -414,7 +448,9 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
             for name, run in runs.items()
             if name.startswith("standard[")
         },
-        "engine_start_s": {name: round(run["engine_start_s"], 1) for name, run in runs.items()},
+        "engine_start_s": {
+            name: round(run["engine_start_s"], 1) for name, run in runs.items() if "engine_start_s" in run
+        },
         "standard": {p: _phase_summary(v) for p, v in standard.items()},
         "fast": {p: _phase_summary(v) for p, v in fast.items()},
     }
@@ -475,6 +511,21 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int) -> dic
                 }
                 for n, phase in phases.items()
             }
+    shared = {
+        name.removeprefix("shared[").removesuffix("]"): [e["phases"]["1"] for e in run["engines"]]
+        for name, run in runs.items()
+        if name.startswith("shared[")
+    }
+    if shared:
+        summary["shared_host"] = {
+            variant: {
+                "tokens_per_s": [round(p["tokens_per_s"], 2) for p in pair],
+                "total_tokens_per_s": round(sum(p["tokens_per_s"] for p in pair), 2),
+                "tpot_p50_ms": [_phase_summary(p)["tpot_p50_ms"] for p in pair],
+                "alone_tokens_per_s": summary["variants"].get(variant, {}).get("1", {}).get("tokens_per_s"),
+            }
+            for variant, pair in shared.items()
+        }
     if "ngram" in runs:
         phase = runs["ngram"]["phases"]["1"]
         summary["ngram"] = {**_phase_summary(phase), "speedup": round(phase["tokens_per_s"] / base_tps, 3)}
@@ -498,6 +549,17 @@ def markdown_table(summary: dict[str, Any]) -> str:
         rows.append(
             f"| fast (eagle3, k={summary['num_speculative_tokens']}) | {streams} | {fast['tokens_per_s']} | {fast['tpot_p50_ms']} | "
             f"**{summary['speedup'][streams]}** | {fast.get('acceptance_rate')} | {fast.get('accepted_per_position')} |"
+        )
+    for variant, by_streams in summary.get("variants", {}).items():
+        if variant != summary["tuning_variant"] and "1" in by_streams:
+            phase = by_streams["1"]
+            rows.append(
+                f"| standard, tuning variant {variant} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | | | |"
+            )
+    for variant, pair in summary.get("shared_host", {}).items():
+        rows.append(
+            f"| two standard engines at once ({variant}), each | 1 + 1 | {' + '.join(map(str, pair['tokens_per_s']))} "
+            f"= {pair['total_tokens_per_s']} | {' / '.join(map(str, pair['tpot_p50_ms']))} | | | |"
         )
     bracket = summary.get("standard_bracket")
     if bracket:
@@ -525,6 +587,11 @@ def markdown_table(summary: dict[str, Any]) -> str:
             rows.append(
                 f"| {name} | 1 | {phase['tokens_per_s']} | {phase['tpot_p50_ms']} | {phase['speedup']} | {phase.get('acceptance_rate')} | |"
             )
+    if "standard_tpot_over_bound" in summary:
+        rows.append(
+            f"\nStandard tier TPOT / bandwidth bound: **{summary['standard_tpot_over_bound']}** (bound "
+            f"{summary['bandwidth_bound_tpot_ms']} ms per token at {summary['memory_bandwidth_gbps']} GB/s)."
+        )
     return "\n".join(rows) + "\n"
 
 

@@ -94,6 +94,20 @@ async def _phase(engine: Any, prompts: list[list[int]], streams: int, max_tokens
     }
 
 
+async def wait_for_peers(directory: Path, parties: int, timeout_s: float = 900.0) -> None:
+    """Wait until ``parties`` engine processes (this one included) are warm, so engines that share the host
+    time their phases over the same interval rather than over their staggered start-ups."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"ready-{uuid.uuid4().hex}").touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(directory.glob("ready-*"))) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"only {len(list(directory.glob('ready-*')))} of {parties} engines became ready"
+            )
+        await asyncio.sleep(0.05)
+
+
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -106,6 +120,8 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
     prompts: list[list[int]] = spec["prompts"]
     warm = SamplingParams(temperature=0.0, max_tokens=8)
     await asyncio.gather(*(_one(engine, ids, warm) for ids in prompts[:2]))
+    if spec.get("start_barrier"):
+        await wait_for_peers(Path(spec["start_barrier"]["dir"]), int(spec["start_barrier"]["parties"]))
     speculative = bool(spec["engine"].get("speculative_config"))
     try:
         for phase in spec["phases"]:

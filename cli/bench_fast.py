@@ -52,7 +52,14 @@ def fast_bench_command(
     ] = "3,5",
     variants: Annotated[
         str, typer.Option(help="Engine tuning variants for the standard tier (bench.fast.VARIANTS).")
-    ] = "iomp,default,iomp-compiled,iomp-1core",
+    ] = "iomp,iomp-allcores,iomp-allcores-compiled",
+    shared_host: Annotated[
+        str,
+        typer.Option(
+            help="Variants also timed as two standard engines decoding at once on this host, one stream each "
+            "(the two tiers share its cores); empty skips it."
+        ),
+    ] = "iomp,iomp-allcores",
     untrained: Annotated[
         bool, typer.Option(help="Time an untrained head of the same shape (true c).")
     ] = True,
@@ -80,6 +87,7 @@ def fast_bench_command(
         single_requests=single_requests,
         oracle_ks=ints(oracle_ks),
         variants=[v.strip() for v in variants.split(",") if v.strip()],
+        shared_host=[v.strip() for v in shared_host.split(",") if v.strip()],
         untrained=untrained,
         ngram=ngram,
         registry_url=registry,

@@ -3,9 +3,14 @@ the measured k sweep, the cost ratio from the untrained head, greedy identity an
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.fast import markdown_table, summarise
+from bench.fast_engine import wait_for_peers
 
 
 def _phase(
@@ -72,3 +77,52 @@ def test_bracketed_baseline_and_compared_heads() -> None:
     table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
     assert "| standard again, after the fast runs (drift +20.0%) | 1 | 24.0 |" in table
     assert "| compared head head@r3 (k=3) | 1 | 27.5 | 30.0 | 1.25 |" in table
+
+
+def test_shared_host_pairs_and_other_variants_reach_the_summary_and_table() -> None:
+    greedy = [[1, 2, 3], [4, 5, 6]]
+    runs = {
+        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy)}),
+        "standard[iomp-allcores]": _run(**{"1": _phase(1, 26.0, greedy)}),
+        "shared[iomp]": {
+            "engines": [_run(**{"1": _phase(1, 9.0, greedy)}), _run(**{"1": _phase(1, 9.5, greedy)})]
+        },
+        "shared[iomp-allcores]": {
+            "engines": [_run(**{"1": _phase(1, 11.25, greedy)}), _run(**{"1": _phase(1, 11.5, greedy)})]
+        },
+        "fast": _run(**{"1": _phase(1, 39.0, greedy, 1.8)}),
+    }
+    summary = summarise(runs, "iomp-allcores", 3)
+    assert summary["speedup"] == {"1": 1.5}
+    assert summary["shared_host"]["iomp"] == {
+        "tokens_per_s": [9.0, 9.5],
+        "total_tokens_per_s": 18.5,
+        "tpot_p50_ms": [30.0, 30.0],
+        "alone_tokens_per_s": 20.0,
+    }
+    assert summary["shared_host"]["iomp-allcores"]["total_tokens_per_s"] == 22.75
+    assert "shared[iomp]" not in summary["engine_start_s"]
+    table = markdown_table(
+        {
+            **summary,
+            "tuning_variant": "iomp-allcores",
+            "num_speculative_tokens": 3,
+            "standard_tpot_over_bound": 1.9,
+            "bandwidth_bound_tpot_ms": 17.3,
+            "memory_bandwidth_gbps": 31.2,
+        }
+    )
+    assert "| standard, tuning variant iomp | 1 | 20.0 | 30.0 |" in table
+    assert "standard, tuning variant iomp-allcores |" not in table  # the baseline has its own rows
+    assert "| two standard engines at once (iomp-allcores), each | 1 + 1 | 11.25 + 11.5 = 22.75 |" in table
+    assert "bandwidth bound: **1.9** (bound 17.3 ms" in table
+
+
+def test_paired_engines_start_timing_together_or_fail_clearly(tmp_path: Path) -> None:
+    async def both() -> None:
+        await asyncio.gather(wait_for_peers(tmp_path / "pair", 2), wait_for_peers(tmp_path / "pair", 2))
+
+    asyncio.run(both())
+    assert len(list((tmp_path / "pair").glob("ready-*"))) == 2
+    with pytest.raises(TimeoutError, match="only 1 of 2 engines became ready"):
+        asyncio.run(wait_for_peers(tmp_path / "alone", 2, timeout_s=0.2))
