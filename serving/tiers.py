@@ -85,8 +85,9 @@ class EngineConfig(BaseModel):
         ge=0,
         description="On CPU, cores vLLM binds no model thread to, left to its scheduler process "
         "(VLLM_CPU_NUM_OF_RESERVED_CPU). None keeps vLLM's default of one, which halves the model's threads on "
-        "a 2-core host: `tandem bench fast` measured the standard tier at ~49 ms per token with it and ~37 ms "
-        "with 0. Reserve one on hosts with many cores, where a core less costs little. Ignored on CUDA.",
+        "a 2-core host: `tandem bench fast` measured the standard tier at 47.0 ms per token with it and 32.9 ms "
+        "with 0 (two engines decoding at once: 17.0 vs 21.8 tok/s together). Reserve one on hosts with many "
+        "cores, where a core less costs little. Ignored on CUDA.",
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment of the engine processes (wins over the above)."
