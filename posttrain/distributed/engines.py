@@ -24,11 +24,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infra.cpu_engine import cuda_available
 from posttrain.errors import PosttrainError
 from serving.tiers import (
     EngineConfig,
     base_engine_kwargs,
-    cuda_available,
     engine_env,
     model_window,
 )

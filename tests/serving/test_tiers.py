@@ -185,7 +185,8 @@ def test_local_eagle3_directory_is_served_as_eagle3(registry: FileRegistry, tmp_
 
 
 def test_intel_openmp_is_preloaded_into_cpu_engines_only_when_asked(registry: FileRegistry) -> None:
-    from serving.tiers import EngineConfig, engine_env, intel_openmp_library
+    from infra.cpu_engine import intel_openmp_library
+    from serving.tiers import EngineConfig, engine_env
 
     if intel_openmp_library() is None:
         pytest.skip("no libiomp5.so in this environment")
