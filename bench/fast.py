@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from pydantic import BaseModel, Field
 
 from bench.engine_process import run_engine_process
 from distill.prompts import load_prompts
+from infra.cpu_engine import intel_openmp_library
 from infra.errors import TandemError
 from infra.registry import open_registry
 
@@ -103,12 +103,6 @@ class FastBenchConfig(BaseModel):
     results_dir: Path = RESULTS_DIR
 
 
-def iomp_library() -> Path | None:
-    """Intel OpenMP shipped in the environment (pip's intel-openmp), for LD_PRELOAD on vLLM CPU engines."""
-    candidate = Path(sys.prefix) / "lib" / "libiomp5.so"
-    return candidate if candidate.is_file() else None
-
-
 #: Engine tuning variants: name -> (what it changes, environment, engine arguments).
 VARIANTS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
     "default": ("eager, OpenMP as torch ships it, threads bound by vLLM", {}, {}),
@@ -142,7 +136,7 @@ def variant_settings(variant: str) -> tuple[dict[str, str], dict[str, Any]]:
         raise FastBenchError(f"unknown tuning variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     _, env, engine = VARIANTS[variant]
     if env.get("LD_PRELOAD") == "iomp":
-        library = iomp_library()
+        library = intel_openmp_library()
         if library is None:
             raise FastBenchError(f"variant {variant!r}: libiomp5.so not found under the environment's lib/")
         env = {**env, "LD_PRELOAD": str(library)}
@@ -290,10 +284,11 @@ def run_fast_bench(
         )
     for variant in config.shared_host:
         say(f"two standard engines at once ({variant}, one stream each)")
+        shared_env, shared_engine = variant_settings(variant)
         runs[f"shared[{variant}]"] = _run_engine_pair(
-            {**base, "engine": {**engine, **variant_settings(variant)[1]}, "phases": single_phase(phases)},
+            {**base, "engine": {**engine, **shared_engine}, "phases": single_phase(phases)},
             f"shared-{variant}",
-            variant_settings(variant)[0],
+            shared_env,
             config.engine_timeout_s,
         )
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
