@@ -1,8 +1,12 @@
-"""One vLLM engine measurement, run in its own process by :mod:`bench.fast` (engines never overlap).
+"""One vLLM engine measurement, run in its own process by :mod:`bench.fast`.
 
 Usage: ``python -m bench.fast_engine <spec.json> <result.json>``. The spec holds the engine arguments,
 prompts (token ids) and the phases to time; the result holds per-phase timings, per-request TTFT and time
 per output token, the token ids produced and the engine's spec-decode counters.
+
+Engines that run at once coordinate through files: ``start_barrier`` makes them start timing together,
+``turns`` makes them take turns request by request (one engine decodes while the others sit idle), so
+each engine is timed over the same stretch of a drifting host.
 """
 
 from __future__ import annotations
@@ -68,8 +72,31 @@ async def _one(engine: Any, ids: list[int], params: Any) -> dict[str, Any]:
     }
 
 
-async def _phase(engine: Any, prompts: list[list[int]], streams: int, max_tokens: int) -> dict[str, Any]:
-    """``len(prompts)`` requests, ``streams`` in flight at a time (a new one starts as one ends)."""
+async def _in_turn(
+    engine: Any, prompts: list[list[int]], params: Any, turns: dict[str, Any]
+) -> dict[int, dict[str, Any]]:
+    """One request at a time, request j at turn ``j * parties + party`` of the group's shared counter."""
+    directory, parties, party = Path(turns["dir"]), int(turns["parties"]), int(turns["party"])
+    results: dict[int, dict[str, Any]] = {}
+    for index, ids in enumerate(prompts):
+        turn = index * parties + party
+        await wait_for_turn(directory, turn)
+        # The engine before this one leaves its OpenMP threads spinning for a moment after its last token
+        # (KMP_BLOCKTIME); a pause keeps them out of this engine's time.
+        await asyncio.sleep(float(turns.get("settle_s", 0.25)))
+        results[index] = await _one(engine, ids, params)
+        pass_turn(directory, turn + 1)
+    return results
+
+
+async def _phase(
+    engine: Any, prompts: list[list[int]], streams: int, max_tokens: int, turns: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``len(prompts)`` requests, ``streams`` in flight at a time (a new one starts as one ends).
+
+    With ``turns`` (one stream only) request j waits for turn ``j * parties + party``: the phase's time is
+    the sum of its own requests' times, not the wall clock that includes the other engines' turns.
+    """
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False)
@@ -82,8 +109,14 @@ async def _phase(engine: Any, prompts: list[list[int]], streams: int, max_tokens
             results[index] = await _one(engine, ids, params)
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(streams)))
-    elapsed = time.perf_counter() - started
+    if turns is None:
+        await asyncio.gather(*(worker() for _ in range(streams)))
+        elapsed = time.perf_counter() - started
+    else:
+        if streams != 1:
+            raise ValueError(f"engines take turns one request at a time, not at {streams} streams")
+        results = await _in_turn(engine, prompts, params, turns)
+        elapsed = sum(r["seconds"] for r in results.values())
     ordered = [results[i] for i in range(len(prompts))]
     generated = sum(len(r["token_ids"]) for r in ordered)
     return {
@@ -94,6 +127,15 @@ async def _phase(engine: Any, prompts: list[list[int]], streams: int, max_tokens
     }
 
 
+#: Written by :mod:`bench.fast` beside the barrier and turn files when one engine of a group failed.
+ABORT_FILE = "abort"
+
+
+def _check_abort(directory: Path) -> None:
+    if (directory.parent / ABORT_FILE).exists():
+        raise RuntimeError("another engine of this group failed; giving up")
+
+
 async def wait_for_peers(directory: Path, parties: int, timeout_s: float = 900.0) -> None:
     """Wait until ``parties`` engine processes (this one included) are warm, so engines that share the host
     time their phases over the same interval rather than over their staggered start-ups."""
@@ -101,11 +143,37 @@ async def wait_for_peers(directory: Path, parties: int, timeout_s: float = 900.0
     (directory / f"ready-{uuid.uuid4().hex}").touch()
     deadline = time.monotonic() + timeout_s
     while len(list(directory.glob("ready-*"))) < parties:
+        _check_abort(directory)
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"only {len(list(directory.glob('ready-*')))} of {parties} engines became ready"
             )
         await asyncio.sleep(0.05)
+
+
+def _current_turn(directory: Path) -> int:
+    try:
+        return int((directory / "turn").read_text())
+    except (FileNotFoundError, ValueError):  # not written yet, or caught between write and rename
+        return 0
+
+
+async def wait_for_turn(directory: Path, turn: int, timeout_s: float = 900.0) -> None:
+    """Wait until the shared turn counter in ``directory`` reaches ``turn`` (it starts at 0)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    while _current_turn(directory) != turn:
+        _check_abort(directory)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"turn {turn} never came (the counter is at {_current_turn(directory)})")
+        await asyncio.sleep(0.01)
+
+
+def pass_turn(directory: Path, turn: int) -> None:
+    """Set the shared turn counter to ``turn`` atomically (write, then rename)."""
+    scratch = directory / f"turn.{uuid.uuid4().hex}"
+    scratch.write_text(str(turn))
+    scratch.replace(directory / "turn")
 
 
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +195,7 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         for phase in spec["phases"]:
             before = _spec_counters(get_metrics_snapshot()) if speculative else None
             measured = await _phase(
-                engine, prompts[: phase["requests"]], phase["streams"], spec["max_tokens"]
+                engine, prompts[: phase["requests"]], phase["streams"], spec["max_tokens"], spec.get("turns")
             )
             measured["streams"] = phase["streams"]
             if before is not None:

@@ -27,26 +27,27 @@ def fast_bench_command(
     k_sweep: Annotated[
         str,
         typer.Option(
-            help="k values timed at one stream first; the fastest is the k of the full run (ignored with --k; "
-            "empty: the head's recorded k)."
+            help="k values timed at one stream in the turn group; the fastest is the reported k and the k of "
+            "the multi-stream runs (ignored with --k; empty: the head's recorded k)."
         ),
     ] = "2,3,4",
     compare: Annotated[
         list[str] | None,
         typer.Option(
-            help="A further EAGLE-3 head (ref or directory) timed at one stream beside --draft with the same "
-            "engine and k (repeatable): a paired comparison of training rounds."
+            help="A further EAGLE-3 head (ref or directory) timed at one stream in the turn group beside "
+            "--draft, at every k (repeatable): a paired comparison of training rounds."
         ),
     ] = None,
-    bracket: Annotated[
-        bool,
-        typer.Option(
-            help="Time the standard tier at one stream again at the end; the baseline is the mean of both."
-        ),
-    ] = True,
     streams: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
     max_tokens: Annotated[int, typer.Option(min=8, help="Tokens generated per request.")] = 128,
-    single_requests: Annotated[int, typer.Option(min=1, help="Requests sent one at a time.")] = 8,
+    single_requests: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            help="One-stream requests per engine. Every one-stream engine is loaded at once and they take "
+            "turns request by request, so host drift cancels from the ratios.",
+        ),
+    ] = 12,
     oracle_ks: Annotated[
         str, typer.Option(help="k values of the oracle ceiling (comma-separated; empty skips it).")
     ] = "3,5",
@@ -81,7 +82,6 @@ def fast_bench_command(
         num_speculative_tokens=k,
         k_sweep=ints(k_sweep),
         compare=compare or [],
-        bracket=bracket,
         streams=ints(streams),
         max_tokens=max_tokens,
         single_requests=single_requests,
@@ -93,12 +93,13 @@ def fast_bench_command(
         registry_url=registry,
         results_dir=results_dir or RESULTS_DIR,
     )
-    with console.status("measuring engines one after another...") as status:
+    with console.status("measuring engines...") as status:
         summary = run_fast_bench(config, progress=lambda message: status.update(message))
-    from bench.fast import markdown_table
+    from bench.fast_report import markdown_table
 
     console.print(Markdown(markdown_table(summary)))
     for key in (
+        "speedup_interval_90",
         "oracle_ceiling_speedup",
         "fraction_of_ceiling",
         "cost_ratio_c",

@@ -1,5 +1,6 @@
-"""`tandem bench fast`'s arithmetic on recorded engine runs: speedups against the best-tuned standard tier,
-the measured k sweep, the cost ratio from the untrained head, greedy identity and the README table."""
+"""`tandem bench fast`'s arithmetic on recorded engine runs: one-stream ratios from the turn group (with
+their paired interval), the k it picks, the cost ratio from the untrained head, greedy identity, the README
+table, and the file protocol by which engines that share the host take turns."""
 
 from __future__ import annotations
 
@@ -8,19 +9,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from bench.fast import markdown_table, summarise
-from bench.fast_engine import wait_for_peers
+from bench.fast import FastBenchConfig
+from bench.fast_engine import ABORT_FILE, pass_turn, wait_for_peers, wait_for_turn
+from bench.fast_report import fastest_k, markdown_table, paired_interval, summarise
+
+GREEDY = [[1, 2, 3, 4], [5, 6, 7, 8]]
 
 
 def _phase(
     streams: int, tokens_per_s: float, outputs: list[list[int]], length: float | None = None
 ) -> dict[str, Any]:
+    """A phase whose requests each took len(ids) / tokens_per_s seconds."""
     phase: dict[str, Any] = {
         "streams": streams,
         "tokens_per_s": tokens_per_s,
         "generated_tokens": sum(map(len, outputs)),
-        "requests": [{"tpot_s": 0.03, "ttft_s": 0.1, "token_ids": ids} for ids in outputs],
+        "requests": [
+            {"tpot_s": 0.03, "ttft_s": 0.1, "token_ids": ids, "seconds": len(ids) / tokens_per_s}
+            for ids in outputs
+        ],
     }
     if length is not None:
         phase["spec_decode"] = {
@@ -35,64 +44,75 @@ def _run(**phases: dict[str, Any]) -> dict[str, Any]:
     return {"engine_start_s": 10.0, "phases": phases}
 
 
-def test_k_sweep_speedups_identity_and_table() -> None:
-    greedy = [[1, 2, 3], [4, 5, 6]]
-    runs = {
-        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy), "4": _phase(4, 60.0, greedy)}),
-        "sweep-k2": _run(**{"1": _phase(1, 34.0, greedy, 1.7)}),
-        "sweep-k3": _run(**{"1": _phase(1, 37.0, [[1, 2, 3], [4, 5, 7]], 1.8)}),
-        "fast": _run(**{"1": _phase(1, 36.0, greedy, 1.8), "4": _phase(4, 54.0, greedy, 1.8)}),
-        "untrained": _run(**{"1": _phase(1, 18.0, greedy, 1.0)}),
-        "oracle-k3": _run(**{"1": _phase(1, 80.0, greedy, 4.0)}),
+def _one(tokens_per_s: float, outputs: list[list[int]] = GREEDY, length: float | None = None) -> dict[str, Any]:
+    return _run(**{"1": _phase(1, tokens_per_s, outputs, length)})
+
+
+def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> None:
+    turns = {
+        "engines": {
+            "standard": _one(20.0),
+            "k2": _one(34.0, length=1.7),
+            "k3": _one(37.0, [[1, 2, 3, 4], [5, 6, 7, 0]], 1.8),
+            "compare head@r3 k3": _one(30.0, length=1.6),
+            "oracle k3": _one(80.0, length=4.0),
+            "untrained": _one(18.0, length=1.0),
+            "ngram": _one(15.0, length=1.1),
+        }
     }
-    summary = summarise(runs, "iomp", 3)
-    assert summary["speedup"] == {"1": 1.8, "4": 0.9}
+    runs = {
+        # Alone, the standard tier ran at 25 tok/s: the turn group's 20 is the one-stream baseline.
+        "standard[iomp]": _run(**{"1": _phase(1, 25.0, GREEDY), "4": _phase(4, 60.0, GREEDY)}),
+        "turns": turns,
+        "fast": _run(**{"4": _phase(4, 54.0, GREEDY, 1.8)}),
+    }
+    assert fastest_k(turns) == 3
+    summary = summarise(runs, "iomp", 3, untrained_k=3)
+    assert summary["speedup"] == {"1": 1.85, "4": 0.9}
     assert summary["crossover_streams"] == 4
+    # Both prompts ran 1.85x faster than the standard engine beside them: no spread.
+    assert summary["speedup_interval_90"] == [1.85, 1.85]
     assert summary["k_sweep"]["2"]["speedup"] == 1.7 and summary["k_sweep"]["3"]["speedup"] == 1.85
     assert summary["k_sweep"]["2"]["lossless"]["lossless"] is True
-    assert summary["k_sweep"]["3"]["lossless"] == {"identical": 1, "total": 2, "lossless": False}
+    assert summary["lossless"]["1"] == {"identical": 1, "total": 2, "lossless": False}
+    assert summary["compare"]["head@r3 k3"]["speedup"] == 1.5
     assert summary["cost_ratio_c"] == round((1.0 / 0.9 - 1) / 3, 4)
-    assert summary["oracle_ceiling_speedup"] == 4.0 and summary["fraction_of_ceiling"] == 0.45
+    assert summary["oracle_ceiling_speedup"] == 4.0 and summary["fraction_of_ceiling"] == 0.463
+    assert summary["ngram"]["speedup"] == 0.75
+    assert summary["standard"]["1"]["tokens_per_s"] == 20.0
+    assert summary["variants"]["iomp"]["1"]["tokens_per_s"] == 25.0
     table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
-    assert "| fast (eagle3, k=3) | 1 | 36.0 | 30.0 | **1.8** |" in table
-    assert "| k sweep: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 |" in table
-    assert "| oracle ceiling k=3 | 1 | 80.0 |" in table and "| untrained | 1 | 18.0 |" in table
+    assert "| fast (eagle3, k=3), in turns | 1 | 37.0 | 30.0 | **1.85** (90%: 1.85-1.85) |" in table
+    assert "| standard (iomp), in turns | 1 | 20.0 |" in table
+    assert "| standard, tuning variant iomp, alone | 1 | 25.0 |" in table
+    assert "| fast (eagle3, k=3) | 4 | 54.0 | 30.0 | **0.9** |" in table
+    assert "| in turns: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 (1.7-1.7) |" in table
+    assert "| in turns: compared head head@r3 k3 | 1 | 30.0 |" in table
+    assert "| in turns: oracle ceiling k=3 | 1 | 80.0 |" in table and "| in turns: untrained | 1 | 18.0 |" in table
 
 
-def test_bracketed_baseline_and_compared_heads() -> None:
-    greedy = [[1, 2, 3], [4, 5, 6]]
-    runs = {
-        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy), "4": _phase(4, 60.0, greedy)}),
-        "fast": _run(**{"1": _phase(1, 33.0, greedy, 1.8), "4": _phase(4, 66.0, greedy, 1.8)}),
-        "compare[head@r3]": _run(**{"1": _phase(1, 27.5, [[1, 2, 3], [4, 5, 0]], 1.6)}),
-        "standard-again": _run(**{"1": _phase(1, 24.0, greedy)}),
-    }
-    summary = summarise(runs, "iomp", 3)
-    # One stream: fast against the mean of the standard timings before and after (22 tok/s).
-    assert summary["speedup"] == {"1": 1.5, "4": 1.1}
-    assert summary["standard_bracket"]["drift"] == 0.2
-    assert summary["standard_bracket"]["lossless"]["lossless"] is True
-    assert summary["compare"]["head@r3"]["speedup"] == 1.25
-    assert summary["compare"]["head@r3"]["lossless"]["lossless"] is False
-    table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
-    assert "| standard again, after the fast runs (drift +20.0%) | 1 | 24.0 |" in table
-    assert "| compared head head@r3 (k=3) | 1 | 27.5 | 30.0 | 1.25 |" in table
+def test_paired_interval_resamples_prompts_in_pairs() -> None:
+    def requests(seconds: list[float]) -> list[dict[str, Any]]:
+        return [{"token_ids": [0] * 100, "seconds": s} for s in seconds]
+
+    base = requests([4.0, 4.0, 8.0, 4.0])
+    # The same 2x on every prompt, however long each took: no spread.
+    assert paired_interval(base, requests([2.0, 2.0, 4.0, 2.0])) == [2.0, 2.0]
+    # One prompt where the candidate gains nothing widens the interval around the ratio of sums (~1.6x).
+    low, high = paired_interval(base, requests([2.0, 2.0, 8.0, 2.0]))
+    assert low < 20 / 14 < high and high <= 2.0
+    assert paired_interval(base, requests([2.0, 2.0, 8.0, 2.0])) == [low, high]  # seeded
 
 
 def test_shared_host_pairs_and_other_variants_reach_the_summary_and_table() -> None:
-    greedy = [[1, 2, 3], [4, 5, 6]]
     runs = {
-        "standard[iomp]": _run(**{"1": _phase(1, 20.0, greedy)}),
-        "standard[iomp-allcores]": _run(**{"1": _phase(1, 26.0, greedy)}),
-        "shared[iomp]": {
-            "engines": [_run(**{"1": _phase(1, 9.0, greedy)}), _run(**{"1": _phase(1, 9.5, greedy)})]
-        },
-        "shared[iomp-allcores]": {
-            "engines": [_run(**{"1": _phase(1, 11.25, greedy)}), _run(**{"1": _phase(1, 11.5, greedy)})]
-        },
-        "fast": _run(**{"1": _phase(1, 39.0, greedy, 1.8)}),
+        "standard[iomp]": _one(20.0),
+        "standard[iomp-allcores]": _one(26.0),
+        "shared[iomp]": {"engines": [_one(9.0), _one(9.5)]},
+        "shared[iomp-allcores]": {"engines": [_one(11.25), _one(11.5)]},
+        "turns": {"engines": {"standard": _one(26.0), "k3": _one(39.0, length=1.8)}},
     }
-    summary = summarise(runs, "iomp-allcores", 3)
+    summary = summarise(runs, "iomp-allcores", 3, untrained_k=3)
     assert summary["speedup"] == {"1": 1.5}
     assert summary["shared_host"]["iomp"] == {
         "tokens_per_s": [9.0, 9.5],
@@ -112,10 +132,36 @@ def test_shared_host_pairs_and_other_variants_reach_the_summary_and_table() -> N
             "memory_bandwidth_gbps": 31.2,
         }
     )
-    assert "| standard, tuning variant iomp | 1 | 20.0 | 30.0 |" in table
-    assert "standard, tuning variant iomp-allcores |" not in table  # the baseline has its own rows
+    assert "| standard, tuning variant iomp, alone | 1 | 20.0 | 30.0 |" in table
+    assert "| standard, tuning variant iomp-allcores, alone | 1 | 26.0 |" in table
     assert "| two standard engines at once (iomp-allcores), each | 1 + 1 | 11.25 + 11.5 = 22.75 |" in table
     assert "bandwidth bound: **1.9** (bound 17.3 ms" in table
+
+
+def test_engines_take_turns_request_by_request(tmp_path: Path) -> None:
+    order: list[tuple[int, int]] = []
+
+    async def engine(party: int, parties: int = 3, requests: int = 2) -> None:
+        for index in range(requests):
+            turn = index * parties + party
+            await wait_for_turn(tmp_path / "turns", turn)
+            order.append((party, index))
+            await asyncio.sleep(0.02 * (parties - party))  # the first engine is the slowest
+            pass_turn(tmp_path / "turns", turn + 1)
+
+    async def group() -> None:
+        await asyncio.gather(engine(2), engine(0), engine(1))
+
+    asyncio.run(group())
+    assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+
+
+def test_a_failed_engine_releases_the_rest_of_its_group(tmp_path: Path) -> None:
+    (tmp_path / ABORT_FILE).touch()
+    with pytest.raises(RuntimeError, match="another engine of this group failed"):
+        asyncio.run(wait_for_turn(tmp_path / "turns", 3, timeout_s=30))
+    with pytest.raises(RuntimeError, match="another engine of this group failed"):
+        asyncio.run(wait_for_peers(tmp_path / "barrier", 2, timeout_s=30))
 
 
 def test_paired_engines_start_timing_together_or_fail_clearly(tmp_path: Path) -> None:
@@ -126,3 +172,11 @@ def test_paired_engines_start_timing_together_or_fail_clearly(tmp_path: Path) ->
     assert len(list((tmp_path / "pair").glob("ready-*"))) == 2
     with pytest.raises(TimeoutError, match="only 1 of 2 engines became ready"):
         asyncio.run(wait_for_peers(tmp_path / "alone", 2, timeout_s=0.2))
+    with pytest.raises(TimeoutError, match="turn 1 never came"):
+        asyncio.run(wait_for_turn(tmp_path / "turns", 1, timeout_s=0.2))
+
+
+def test_streams_must_include_one() -> None:
+    assert FastBenchConfig(streams=[16, 1, 4]).streams == [1, 4, 16]
+    with pytest.raises(ValidationError, match="streams must include 1"):
+        FastBenchConfig(streams=[4, 16])
