@@ -61,5 +61,7 @@ def test_every_one_stream_engine_takes_turns_and_agrees_with_the_standard_tier(t
     assert summary["num_speculative_tokens"] in (2, 3)
     assert summary["speedup"]["1"] == turns[f"k{summary['num_speculative_tokens']}"]["speedup"]
     assert summary["lossless"]["4"]["lossless"]
-    assert json.loads((tmp_path / "results" / "fast-latest.json").read_text())["in_turns"].keys() == turns.keys()
+    assert (
+        json.loads((tmp_path / "results" / "fast-latest.json").read_text())["in_turns"].keys() == turns.keys()
+    )
     assert "in turns: oracle ceiling k=3" in (tmp_path / "results" / "fast-latest.md").read_text()

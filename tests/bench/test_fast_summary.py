@@ -44,7 +44,9 @@ def _run(**phases: dict[str, Any]) -> dict[str, Any]:
     return {"engine_start_s": 10.0, "phases": phases}
 
 
-def _one(tokens_per_s: float, outputs: list[list[int]] = GREEDY, length: float | None = None) -> dict[str, Any]:
+def _one(
+    tokens_per_s: float, outputs: list[list[int]] = GREEDY, length: float | None = None
+) -> dict[str, Any]:
     return _run(**{"1": _phase(1, tokens_per_s, outputs, length)})
 
 
@@ -88,7 +90,10 @@ def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> No
     assert "| fast (eagle3, k=3) | 4 | 54.0 | 30.0 | **0.9** |" in table
     assert "| in turns: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 (1.7-1.7) |" in table
     assert "| in turns: compared head head@r3 k3 | 1 | 30.0 |" in table
-    assert "| in turns: oracle ceiling k=3 | 1 | 80.0 |" in table and "| in turns: untrained | 1 | 18.0 |" in table
+    assert (
+        "| in turns: oracle ceiling k=3 | 1 | 80.0 |" in table
+        and "| in turns: untrained | 1 | 18.0 |" in table
+    )
 
 
 def test_paired_interval_resamples_prompts_in_pairs() -> None:
