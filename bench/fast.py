@@ -93,6 +93,13 @@ class FastBenchConfig(BaseModel):
         "of a drifting host; the ratio's 90% interval resamples these prompts.",
     )
     max_tokens: int = Field(128, ge=8)
+    turn_group_size: int = Field(
+        4,
+        ge=2,
+        description="Engines loaded at once in a one-stream turn group, its standard engine included; more "
+        "one-stream engines make more groups, each with a standard engine of its own. A float32 engine of "
+        "the bundled model holds ~3.5 GB, so 4 fit beside the rest of a 24 GiB host.",
+    )
     oracle_ks: list[int] = Field(
         default_factory=lambda: [3, 5], description="k values of the oracle ceiling."
     )
@@ -360,36 +367,45 @@ def run_fast_bench(
         return {"method": "eagle3", "model": str(head), "num_speculative_tokens": n}
 
     with tempfile.TemporaryDirectory(prefix="tandem-bench-turns-") as scratch:
-        group: dict[str, dict[str, Any] | None] = {"standard": None}
-        group.update({f"k{n}": eagle_config(draft_dir, n) for n in ks})
-        group.update({f"compare {ref} k{n}": eagle_config(head, n) for head, ref in compared for n in ks})
-        group.update(
+        speculative: dict[str, dict[str, Any]] = {f"k{n}": eagle_config(draft_dir, n) for n in ks}
+        speculative.update(
+            {f"compare {ref} k{n}": eagle_config(head, n) for head, ref in compared for n in ks}
+        )
+        speculative.update(
             _reference_engines(
                 config, runs[f"standard[{best_variant}]"], prompts, draft_dir, reference_k, Path(scratch)
             )
         )
-        say(f"one stream, {len(group)} engines loaded at once taking turns: {', '.join(group)}")
-        together = _run_engines_together(
-            [
-                (
-                    label,
-                    {
-                        **base,
-                        "engine": {
-                            **engine,
-                            "kv_cache_memory_bytes": TURN_KV_CACHE_BYTES,
-                            **({"speculative_config": speculative} if speculative else {}),
+        labels, size = list(speculative), config.turn_group_size - 1
+        groups = [labels[i : i + size] for i in range(0, len(labels), size)]
+        runs["turns"] = {"groups": []}
+        for number, members in enumerate(groups, 1):
+            say(f"one stream, turn group {number}/{len(groups)}: standard, {', '.join(members)}")
+            group: dict[str, dict[str, Any] | None] = {
+                "standard": None,
+                **{m: speculative[m] for m in members},
+            }
+            together = _run_engines_together(
+                [
+                    (
+                        label,
+                        {
+                            **base,
+                            "engine": {
+                                **engine,
+                                "kv_cache_memory_bytes": TURN_KV_CACHE_BYTES,
+                                **({"speculative_config": drafting} if drafting else {}),
+                            },
+                            "phases": [one_stream],
                         },
-                        "phases": [one_stream],
-                    },
-                )
-                for label, speculative in group.items()
-            ],
-            {**env, "TANDEM_ORACLE_FILE": str(Path(scratch) / ORACLE_FILE)},
-            config.engine_timeout_s,
-            take_turns=True,
-        )
-        runs["turns"] = {"engines": dict(zip(group, together, strict=True))}
+                    )
+                    for label, drafting in group.items()
+                ],
+                {**env, "TANDEM_ORACLE_FILE": str(Path(scratch) / ORACLE_FILE)},
+                config.engine_timeout_s,
+                take_turns=True,
+            )
+            runs["turns"]["groups"].append(dict(zip(group, together, strict=True)))
         k = fastest_k(runs["turns"])
     more = phases[1:]
     if more:

@@ -5,12 +5,14 @@
 - ``standard[<variant>]``: the standard tier alone, per tuning variant, at every stream count;
 - ``fast``: the fast tier alone at the stream counts above one;
 - ``shared[<variant>]``: two standard engines decoding at once, ``{"engines": [run, run]}``;
-- ``turns``: every one-stream engine loaded at once, taking turns request by request,
-  ``{"engines": {label: run}}`` with labels ``standard``, ``k<n>`` (the head at k=n), ``compare <ref> k<n>``
-  (a compared head), ``oracle k<n>``, ``untrained`` and ``ngram``.
+- ``turns``: the one-stream engines in groups, ``{"groups": [{label: run}, ...]}``. A group's engines are
+  loaded at once and take turns request by request; every group holds a ``standard`` engine beside
+  ``k<n>`` (the head at k=n), ``compare <ref> k<n>`` (a compared head), ``oracle k<n>``, ``untrained`` or
+  ``ngram`` engines.
 
-One-stream ratios come from ``turns`` only: its engines are timed over the same stretch of the host, so
-the drift between engines run minutes apart (up to 14% here) does not enter them.
+One-stream ratios come from ``turns`` only, each engine against the standard engine of its own group:
+those were timed over the same stretch of the host, so the drift between engines run minutes apart (up
+to 14% here) does not enter them.
 """
 
 from __future__ import annotations
@@ -73,28 +75,33 @@ def paired_interval(
     return [round(ratios[int(tail * len(ratios))], 3), round(ratios[int((1 - tail) * len(ratios)) - 1], 3)]
 
 
-def _in_turns(engines: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every engine of the turn group against the standard engine of the same group."""
-    standard = engines["standard"]["phases"]["1"]
-    reference = [r["token_ids"] for r in standard["requests"]]
-    summary: dict[str, dict[str, Any]] = {"standard": {**phase_summary(standard), "speedup": 1.0}}
-    for label, run in engines.items():
-        if label == "standard":
-            continue
-        phase = run["phases"]["1"]
-        summary[label] = {
-            **phase_summary(phase),
-            "speedup": round(phase["tokens_per_s"] / standard["tokens_per_s"], 3),
-            "speedup_interval_90": paired_interval(standard["requests"], phase["requests"]),
-            "lossless": compare_tokens(reference, [r["token_ids"] for r in phase["requests"]]),
-        }
+def _in_turns(groups: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every engine of every turn group against the standard engine of its group (``group``: its index)."""
+    summary: dict[str, dict[str, Any]] = {}
+    for index, engines in enumerate(groups):
+        standard = engines["standard"]["phases"]["1"]
+        reference = [r["token_ids"] for r in standard["requests"]]
+        summary.setdefault("standard", {**phase_summary(standard), "speedup": 1.0, "group": index})
+        for label, run in engines.items():
+            if label == "standard":
+                continue
+            phase = run["phases"]["1"]
+            summary[label] = {
+                **phase_summary(phase),
+                "group": index,
+                "speedup": round(phase["tokens_per_s"] / standard["tokens_per_s"], 3),
+                "speedup_interval_90": paired_interval(standard["requests"], phase["requests"]),
+                "lossless": compare_tokens(reference, [r["token_ids"] for r in phase["requests"]]),
+            }
     return summary
 
 
 def fastest_k(turns: dict[str, Any]) -> int:
-    """The k whose head engine decoded fastest in the turn group."""
-    labels = [label for label in turns["engines"] if label.startswith("k")]
-    best = max(labels, key=lambda label: turns["engines"][label]["phases"]["1"]["tokens_per_s"])
+    """The k whose head engine ran fastest against the standard engine of its turn group."""
+    entries = _in_turns(turns["groups"])
+    best = max(
+        (label for label in entries if label.startswith("k")), key=lambda label: entries[label]["speedup"]
+    )
     return int(best.removeprefix("k"))
 
 
@@ -116,10 +123,16 @@ def summarise(runs: dict[str, dict[str, Any]], best_variant: str, k: int, untrai
     }
     speedup: dict[str, float] = {}
     if "turns" in runs:
-        turns = _in_turns(runs["turns"]["engines"])
+        groups = runs["turns"]["groups"]
+        turns = _in_turns(groups)
         summary["in_turns"] = turns
-        standard = {**standard, "1": runs["turns"]["engines"]["standard"]["phases"]["1"]}
-        fast["1"] = runs["turns"]["engines"][f"k{k}"]["phases"]["1"]
+        # How far the host drifted between groups: each group's standard engine.
+        summary["in_turns_standard_tokens_per_s"] = [
+            round(group["standard"]["phases"]["1"]["tokens_per_s"], 2) for group in groups
+        ]
+        own = groups[turns[f"k{k}"]["group"]]
+        standard = {**standard, "1": own["standard"]["phases"]["1"]}
+        fast["1"] = own[f"k{k}"]["phases"]["1"]
         speedup["1"] = turns[f"k{k}"]["speedup"]
         summary["speedup_interval_90"] = turns[f"k{k}"]["speedup_interval_90"]
         summary["k_sweep"] = {
@@ -220,6 +233,11 @@ def markdown_table(summary: dict[str, Any]) -> str:
     for label, entry in labelled:
         low, high = entry["speedup_interval_90"]
         rows.append(_row(label, 1, entry, f"{entry['speedup']} ({low}-{high})"))
+    if "in_turns_standard_tokens_per_s" in summary:
+        rows.append(
+            "\nOne-stream ratios are against the standard engine of the same turn group; those ran at "
+            f"{', '.join(map(str, summary['in_turns_standard_tokens_per_s']))} tok/s in groups 1, 2, ..."
+        )
     if "standard_tpot_over_bound" in summary:
         rows.append(
             f"\nStandard tier TPOT / bandwidth bound: **{summary['standard_tpot_over_bound']}** (bound "

@@ -48,6 +48,14 @@ def fast_bench_command(
             "turns request by request, so host drift cancels from the ratios.",
         ),
     ] = 12,
+    turn_group_size: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            help="One-stream engines loaded at once (a standard engine included) taking turns; more make "
+            "more groups, each with its own standard engine. ~3.5 GB per float32 engine of the bundled model.",
+        ),
+    ] = 4,
     oracle_ks: Annotated[
         str, typer.Option(help="k values of the oracle ceiling (comma-separated; empty skips it).")
     ] = "3,5",
@@ -85,6 +93,7 @@ def fast_bench_command(
         streams=ints(streams),
         max_tokens=max_tokens,
         single_requests=single_requests,
+        turn_group_size=turn_group_size,
         oracle_ks=ints(oracle_ks),
         variants=[v.strip() for v in variants.split(",") if v.strip()],
         shared_host=[v.strip() for v in shared_host.split(",") if v.strip()],

@@ -52,15 +52,22 @@ def _one(
 
 def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> None:
     turns = {
-        "engines": {
-            "standard": _one(20.0),
-            "k2": _one(34.0, length=1.7),
-            "k3": _one(37.0, [[1, 2, 3, 4], [5, 6, 7, 0]], 1.8),
-            "compare head@r3 k3": _one(30.0, length=1.6),
-            "oracle k3": _one(80.0, length=4.0),
-            "untrained": _one(18.0, length=1.0),
-            "ngram": _one(15.0, length=1.1),
-        }
+        "groups": [
+            {
+                "standard": _one(20.0),
+                "k2": _one(34.0, length=1.7),
+                "k3": _one(37.0, [[1, 2, 3, 4], [5, 6, 7, 0]], 1.8),
+                "compare head@r3 k3": _one(30.0, length=1.6),
+            },
+            # The host slowed down by the second group: its ratios are against its own standard engine.
+            {
+                "standard": _one(10.0),
+                "k4": _one(18.0, length=1.9),
+                "oracle k3": _one(40.0, length=4.0),
+                "untrained": _one(9.0, length=1.0),
+                "ngram": _one(7.5, length=1.1),
+            },
+        ]
     }
     runs = {
         # Alone, the standard tier ran at 25 tok/s: the turn group's 20 is the one-stream baseline.
@@ -68,7 +75,7 @@ def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> No
         "turns": turns,
         "fast": _run(**{"4": _phase(4, 54.0, GREEDY, 1.8)}),
     }
-    assert fastest_k(turns) == 3
+    assert fastest_k(turns) == 3  # k4 decoded faster than k2, but 1.8x its standard is less than 1.85x
     summary = summarise(runs, "iomp", 3, untrained_k=3)
     assert summary["speedup"] == {"1": 1.85, "4": 0.9}
     assert summary["crossover_streams"] == 4
@@ -82,6 +89,8 @@ def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> No
     assert summary["oracle_ceiling_speedup"] == 4.0 and summary["fraction_of_ceiling"] == 0.463
     assert summary["ngram"]["speedup"] == 0.75
     assert summary["standard"]["1"]["tokens_per_s"] == 20.0
+    assert summary["in_turns_standard_tokens_per_s"] == [20.0, 10.0]
+    assert summary["k_sweep"]["4"] | {"group": 1, "speedup": 1.8} == summary["k_sweep"]["4"]
     assert summary["variants"]["iomp"]["1"]["tokens_per_s"] == 25.0
     table = markdown_table({**summary, "tuning_variant": "iomp", "num_speculative_tokens": 3})
     assert "| fast (eagle3, k=3), in turns | 1 | 37.0 | 30.0 | **1.85** (90%: 1.85-1.85) |" in table
@@ -90,10 +99,9 @@ def test_turn_group_gives_the_one_stream_ratios_k_ceiling_cost_and_table() -> No
     assert "| fast (eagle3, k=3) | 4 | 54.0 | 30.0 | **0.9** |" in table
     assert "| in turns: eagle3 k=2 | 1 | 34.0 | 30.0 | 1.7 (1.7-1.7) |" in table
     assert "| in turns: compared head head@r3 k3 | 1 | 30.0 |" in table
-    assert (
-        "| in turns: oracle ceiling k=3 | 1 | 80.0 |" in table
-        and "| in turns: untrained | 1 | 18.0 |" in table
-    )
+    assert "| in turns: oracle ceiling k=3 | 1 | 40.0 |" in table
+    assert "| in turns: untrained | 1 | 9.0 |" in table
+    assert "ran at 20.0, 10.0 tok/s in groups 1, 2" in table
 
 
 def test_paired_interval_resamples_prompts_in_pairs() -> None:
@@ -115,7 +123,7 @@ def test_shared_host_pairs_and_other_variants_reach_the_summary_and_table() -> N
         "standard[iomp-allcores]": _one(26.0),
         "shared[iomp]": {"engines": [_one(9.0), _one(9.5)]},
         "shared[iomp-allcores]": {"engines": [_one(11.25), _one(11.5)]},
-        "turns": {"engines": {"standard": _one(26.0), "k3": _one(39.0, length=1.8)}},
+        "turns": {"groups": [{"standard": _one(26.0), "k3": _one(39.0, length=1.8)}]},
     }
     summary = summarise(runs, "iomp-allcores", 3, untrained_k=3)
     assert summary["speedup"] == {"1": 1.5}
