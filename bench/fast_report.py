@@ -246,6 +246,46 @@ def markdown_table(summary: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def plot_one_stream(summary: dict[str, Any], path: Path) -> Path:
+    """One bar per one-stream engine: its speedup over the standard engine of its turn group, with the 90%
+    interval; the reported k's bar is dark."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [(label, entry) for label, entry in summary["in_turns"].items() if label != "standard"]
+    chosen = f"k{summary['num_speculative_tokens']}"
+    figure, axis = plt.subplots(figsize=(8, 0.45 * len(entries) + 1.4))
+    for row, (label, entry) in enumerate(entries):
+        low, high = entry["speedup_interval_90"]
+        axis.barh(row, entry["speedup"], color="#1f4e79" if label == chosen else "#9dc3e6")
+        axis.errorbar(
+            entry["speedup"],
+            row,
+            xerr=[[entry["speedup"] - low], [high - entry["speedup"]]],
+            color="black",
+            capsize=3,
+        )
+        axis.text(high + 0.05, row, f"{entry['speedup']:.2f}x", va="center", fontsize=8)
+    axis.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    axis.set_xlim(0, 1.15 * max(entry["speedup_interval_90"][1] for _, entry in entries))
+    axis.set_yticks(
+        range(len(entries)),
+        [label.replace("k", "eagle3 k=", 1) if label.startswith("k") else label for label, _ in entries],
+    )
+    axis.invert_yaxis()
+    axis.set(
+        xlabel="tokens/s over the standard engine of the same turn group (one stream, 90% interval)",
+        title=f"fast tier at one stream: {summary.get('draft', '')}",
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def write_result(summary: dict[str, Any], results_dir: Path) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -254,5 +294,7 @@ def write_result(summary: dict[str, Any], results_dir: Path) -> Path:
     path.write_text(text)
     (results_dir / "fast-latest.json").write_text(text)
     (results_dir / "fast-latest.md").write_text(markdown_table(summary))
+    if "in_turns" in summary:
+        plot_one_stream(summary, results_dir / "fast-latest.png")
     summary["results_file"] = str(path)
     return path

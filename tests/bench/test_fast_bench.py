@@ -68,3 +68,4 @@ def test_every_one_stream_engine_takes_turns_and_agrees_with_the_standard_tier(t
         json.loads((tmp_path / "results" / "fast-latest.json").read_text())["in_turns"].keys() == turns.keys()
     )
     assert "in turns: oracle ceiling k=3" in (tmp_path / "results" / "fast-latest.md").read_text()
+    assert (tmp_path / "results" / "fast-latest.png").stat().st_size > 0
