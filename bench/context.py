@@ -14,7 +14,6 @@ Variants: chunked prefill ``off`` (the whole prompt in one step), ``chunk-<N>`` 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -29,6 +28,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from bench import RESULTS_DIR
 from bench.engine_process import run_engine_process
+from bench.recording import write_result
 from infra.errors import TandemError
 from serving.tiers import EngineConfig, base_engine_kwargs, engine_env, model_window
 
@@ -308,17 +308,6 @@ def run_context_bench(
         "cpu_count": os.cpu_count(),
         "command": "tandem bench context",
     }
-    write_result(summary, config.results_dir)
-    return summary
-
-
-def write_result(summary: dict[str, Any], results_dir: Path) -> Path:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = results_dir / f"context-{stamp}.json"
-    text = json.dumps(summary, indent=2)
-    path.write_text(text)
-    (results_dir / "context-latest.json").write_text(text)
-    (results_dir / "context-latest.md").write_text(markdown_table(summary))
+    path = write_result(summary, config.results_dir, "context", markdown_table(summary))
     summary["results_file"] = str(path)
-    return path
+    return summary

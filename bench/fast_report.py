@@ -17,12 +17,12 @@ to 14% here) does not enter them.
 
 from __future__ import annotations
 
-import json
 import random
-from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from bench import recording
 
 #: Resamples of the bootstrap interval of a one-stream ratio (seeded: a rerun of the report agrees).
 BOOTSTRAP_RESAMPLES = 2000
@@ -287,13 +287,8 @@ def plot_one_stream(summary: dict[str, Any], path: Path) -> Path:
 
 
 def write_result(summary: dict[str, Any], results_dir: Path) -> Path:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = results_dir / f"fast-{stamp}.json"
-    text = json.dumps(summary, indent=2)
-    path.write_text(text)
-    (results_dir / "fast-latest.json").write_text(text)
-    (results_dir / "fast-latest.md").write_text(markdown_table(summary))
+    """``fast-<time>.json``, ``fast-latest.json``, ``.md`` (the table) and ``.png`` (the one-stream plot)."""
+    path = recording.write_result(summary, results_dir, "fast", markdown_table(summary))
     if "in_turns" in summary:
         plot_one_stream(summary, results_dir / "fast-latest.png")
     summary["results_file"] = str(path)

@@ -13,7 +13,6 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -180,17 +179,6 @@ def run_tier_bench(
         "levels": [asdict(level) for level in levels],
         "ratios": ratios,
     }
-
-
-def write_result(result: dict[str, Any], directory: Path, name: str) -> Path:
-    """Write ``<name>-<timestamp>.json`` and ``<name>-latest.json`` under ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = directory / f"{name}-{stamp}.json"
-    text = json.dumps(result, indent=2)
-    path.write_text(text)
-    (directory / f"{name}-latest.json").write_text(text)
-    return path
 
 
 def markdown_table(result: dict[str, Any]) -> str:

@@ -42,7 +42,8 @@ def bench_tiers(
     out: Annotated[Path, typer.Option(help="Results directory.")] = RESULTS_DIR,
 ) -> None:
     """TTFT, time per output token and tokens/s for each tier at 1 and 16 streams, with fast/standard ratios."""
-    from bench.tiers import markdown_table, run_tier_bench, write_result
+    from bench.recording import write_result
+    from bench.tiers import markdown_table, run_tier_bench
 
     levels = tuple(int(part) for part in streams.split(",") if part.strip())
     started_here = False
@@ -116,7 +117,7 @@ def bench_gateway(
 ) -> None:
     """The gateway's added latency (p50/p99) and RPS over the bare OpenAiIngress, one cheap engine."""
     from bench.gateway_overhead import run_gateway_overhead_bench
-    from bench.tiers import write_result
+    from bench.recording import write_result
 
     with console.status(f"measuring {rounds} rounds x {requests} requests at {concurrency} concurrency..."):
         result = run_gateway_overhead_bench(
@@ -167,7 +168,7 @@ def bench_load(
 ) -> None:
     """Bounded loopback load test: status codes, 5xx count, 429 shape; optionally with a replica killed."""
     from bench.load import run_load_test
-    from bench.tiers import write_result
+    from bench.recording import write_result
 
     with console.status(f"{requests} requests at {concurrency} concurrency..."):
         result = run_load_test(
