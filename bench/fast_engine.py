@@ -202,8 +202,20 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
                 measured["spec_decode"] = _delta(_spec_counters(get_metrics_snapshot()), before)
             result["phases"][phase["name"]] = measured
     finally:
-        engine.shutdown()
+        _shut_down(engine)
     return result
+
+
+def _shut_down(engine: Any) -> None:
+    """Stop ``engine``. vLLM's shutdown walks the engine's process tree with psutil and raises
+    NoSuchProcess when a child exits between listing and naming it (seen with several engines stopping at
+    once); the engine is gone either way, so that race must not throw away a finished measurement."""
+    import psutil
+
+    try:
+        engine.shutdown()
+    except psutil.NoSuchProcess as error:
+        print(f"engine shutdown: {error} (already exited)", file=sys.stderr)
 
 
 def main() -> None:
