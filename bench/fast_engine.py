@@ -81,9 +81,10 @@ async def _in_turn(
     for index, ids in enumerate(prompts):
         turn = index * parties + party
         await wait_for_turn(directory, turn)
-        # The engine before this one leaves its OpenMP threads spinning for a moment after its last token
-        # (KMP_BLOCKTIME); a pause keeps them out of this engine's time.
-        await asyncio.sleep(float(turns.get("settle_s", 0.25)))
+        # The engine before this one keeps its worker spinning for a while after its last step (vLLM's
+        # shared-memory queue busy-loops 1 s with sched_yield before it sleeps; OpenMP threads spin for
+        # KMP_BLOCKTIME): a pause keeps that out of this engine's time.
+        await asyncio.sleep(float(turns["settle_s"]))
         results[index] = await _one(engine, ids, params)
         pass_turn(directory, turn + 1)
     return results
