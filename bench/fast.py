@@ -48,10 +48,6 @@ DEFAULT_TEACHER = "smollm2-135m-instruct@base"
 
 #: Where the oracle proposer (bench.oracle, TANDEM_ORACLE_FILE) finds the standard tier's greedy answers.
 ORACLE_FILE = "oracle.json"
-#: Pause before each turn: an idle vLLM worker busy-loops on its shared-memory queue for 1 s after its
-#: last step (SpinCondition in vllm/distributed/device_communicators/shm_broadcast.py), stealing a core
-#: from the engine whose turn it is. With 0.25 s the oracle measured 3.2x instead of 4.0x alone.
-TURN_SETTLE_S = 1.5
 #: KV cache of each engine of the turn group: one stream of 2,048 tokens needs ~100 MB in float32.
 TURN_KV_CACHE_BYTES = 256 << 20
 
@@ -103,6 +99,13 @@ class FastBenchConfig(BaseModel):
         description="Engines loaded at once in a one-stream turn group, its standard engine included; more "
         "one-stream engines make more groups, each with a standard engine of its own. A float32 engine of "
         "the bundled model holds ~3.5 GB, so 4 fit beside the rest of a 24 GiB host.",
+    )
+    turn_pause_s: float = Field(
+        1.5,
+        ge=0.0,
+        description="Pause before each turn. An idle vLLM worker busy-loops on its shared-memory queue for "
+        "1 s after its last step (SpinCondition, vllm/distributed/device_communicators/shm_broadcast.py), "
+        "stealing a core from the engine whose turn it is: with 0.25 s the oracle measured 3.2x, 4.0x alone.",
     )
     oracle_ks: list[int] = Field(
         default_factory=lambda: [3, 5], description="k values of the oracle ceiling."
@@ -180,7 +183,12 @@ def _run_engine(spec: dict[str, Any], label: str, env: dict[str, str], timeout_s
 
 
 def _run_engines_together(
-    specs: list[tuple[str, dict[str, Any]]], env: dict[str, str], timeout_s: int, *, take_turns: bool
+    specs: list[tuple[str, dict[str, Any]]],
+    env: dict[str, str],
+    timeout_s: int,
+    *,
+    take_turns: bool,
+    pause_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Engine processes at once, one per (label, spec), timing from a common start (a barrier after every
     engine's warm-up). ``take_turns``: their one-stream requests go one at a time across the group, engine
@@ -196,7 +204,7 @@ def _run_engines_together(
                     "dir": f"{scratch}/turns",
                     "party": party,
                     "parties": len(specs),
-                    "settle_s": TURN_SETTLE_S,
+                    "settle_s": pause_s,
                 }
             return {**spec, **group}
 
@@ -211,6 +219,32 @@ def _run_engines_together(
                 future.add_done_callback(abort_on_failure)
                 futures.append(future)
             return [future.result() for future in futures]
+
+
+def _run_turn_groups(
+    speculative: dict[str, dict[str, Any]],
+    standard: dict[str, Any],
+    env: dict[str, str],
+    config: FastBenchConfig,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """The one-stream engines (speculative configs by label) in groups of ``config.turn_group_size``, each
+    group with a standard engine (spec ``standard``) of its own, taking turns: ``{"groups": [...]}``."""
+    labels, size = list(speculative), config.turn_group_size - 1
+    groups = [labels[i : i + size] for i in range(0, len(labels), size)]
+    results = []
+    for number, members in enumerate(groups, 1):
+        say(f"one stream, turn group {number}/{len(groups)}: standard, {', '.join(members)}")
+        specs = [("standard", standard)]
+        specs += [
+            (label, {**standard, "engine": {**standard["engine"], "speculative_config": speculative[label]}})
+            for label in members
+        ]
+        together = _run_engines_together(
+            specs, env, config.engine_timeout_s, take_turns=True, pause_s=config.turn_pause_s
+        )
+        results.append({label: run for (label, _), run in zip(specs, together, strict=True)})
+    return {"groups": results}
 
 
 def _reference_engines(
@@ -385,36 +419,17 @@ def run_fast_bench(
                 config, runs[f"standard[{best_variant}]"], prompts, draft_dir, reference_k, Path(scratch)
             )
         )
-        labels, size = list(speculative), config.turn_group_size - 1
-        groups = [labels[i : i + size] for i in range(0, len(labels), size)]
-        runs["turns"] = {"groups": []}
-        for number, members in enumerate(groups, 1):
-            say(f"one stream, turn group {number}/{len(groups)}: standard, {', '.join(members)}")
-            group: dict[str, dict[str, Any] | None] = {
-                "standard": None,
-                **{m: speculative[m] for m in members},
-            }
-            together = _run_engines_together(
-                [
-                    (
-                        label,
-                        {
-                            **base,
-                            "engine": {
-                                **engine,
-                                "kv_cache_memory_bytes": TURN_KV_CACHE_BYTES,
-                                **({"speculative_config": drafting} if drafting else {}),
-                            },
-                            "phases": [one_stream],
-                        },
-                    )
-                    for label, drafting in group.items()
-                ],
-                {**env, "TANDEM_ORACLE_FILE": str(Path(scratch) / ORACLE_FILE)},
-                config.engine_timeout_s,
-                take_turns=True,
-            )
-            runs["turns"]["groups"].append(dict(zip(group, together, strict=True)))
+        runs["turns"] = _run_turn_groups(
+            speculative,
+            {
+                **base,
+                "engine": {**engine, "kv_cache_memory_bytes": TURN_KV_CACHE_BYTES},
+                "phases": [one_stream],
+            },
+            {**env, "TANDEM_ORACLE_FILE": str(Path(scratch) / ORACLE_FILE)},
+            config,
+            say,
+        )
         k = fastest_k(runs["turns"])
     more = phases[1:]
     if more:

@@ -56,6 +56,13 @@ def fast_bench_command(
             "more groups, each with its own standard engine. ~3.5 GB per float32 engine of the bundled model.",
         ),
     ] = 4,
+    turn_pause: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds before each turn: an idle vLLM worker busy-loops for 1 s after its last step.",
+        ),
+    ] = 1.5,
     oracle_ks: Annotated[
         str, typer.Option(help="k values of the oracle ceiling (comma-separated; empty skips it).")
     ] = "3,5",
@@ -94,6 +101,7 @@ def fast_bench_command(
         max_tokens=max_tokens,
         single_requests=single_requests,
         turn_group_size=turn_group_size,
+        turn_pause_s=turn_pause,
         oracle_ks=ints(oracle_ks),
         variants=[v.strip() for v in variants.split(",") if v.strip()],
         shared_host=[v.strip() for v in shared_host.split(",") if v.strip()],
