@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from bench import RESULTS_DIR
 from bench.engine_process import run_engine_process
 from bench.fast_engine import ABORT_FILE
 from bench.fast_report import fastest_k, summarise, write_result
@@ -42,7 +43,7 @@ from infra.registry import open_registry
 
 log = logging.getLogger(__name__)
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
 DEFAULT_TEACHER = "smollm2-135m-instruct@base"
 
 
