@@ -102,11 +102,11 @@ class FastBenchConfig(BaseModel):
         "the bundled model holds ~3.5 GB, so 4 fit beside the rest of a 24 GiB host.",
     )
     turn_pause_s: float = Field(
-        1.5,
+        0.1,
         ge=0.0,
-        description="Pause before each turn. An idle vLLM worker busy-loops on its shared-memory queue for "
-        "1 s after its last step (SpinCondition, vllm/distributed/device_communicators/shm_broadcast.py), "
-        "stealing a core from the engine whose turn it is: with 0.25 s the oracle measured 3.2x, 4.0x alone.",
+        description="Pause before each turn, after the engine's processes resume. The other engines' "
+        "processes are stopped (SIGSTOP) outside their turns: before, an idle vLLM worker busy-looped on its "
+        "shared-memory queue for 1 s after its last step and took a core from the engine whose turn it was.",
     )
     oracle_ks: list[int] = Field(
         default_factory=lambda: [3, 5], description="k values of the oracle ceiling."

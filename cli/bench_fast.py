@@ -60,9 +60,10 @@ def fast_bench_command(
         float,
         typer.Option(
             min=0.0,
-            help="Seconds before each turn: an idle vLLM worker busy-loops for 1 s after its last step.",
+            help="Seconds before each turn, after the engine's stopped processes resume (the others stay "
+            "stopped, so nothing spins beside it).",
         ),
-    ] = 1.5,
+    ] = 0.1,
     oracle_ks: Annotated[
         str, typer.Option(help="k values of the oracle ceiling (comma-separated; empty skips it).")
     ] = "3,5",

@@ -5,14 +5,17 @@ table, and the file protocol by which engines that share the host take turns."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 from pydantic import ValidationError
 
 from bench.fast import FastBenchConfig
-from bench.fast_engine import ABORT_FILE, pass_turn, wait_for_peers, wait_for_turn
+from bench.fast_engine import ABORT_FILE, _in_turn, pass_turn, wait_for_peers, wait_for_turn
 from bench.fast_report import fastest_k, markdown_table, paired_interval, summarise
 
 GREEDY = [[1, 2, 3, 4], [5, 6, 7, 8]]
@@ -167,6 +170,49 @@ def test_engines_take_turns_request_by_request(tmp_path: Path) -> None:
 
     asyncio.run(group())
     assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+
+
+def test_an_engine_s_processes_are_stopped_outside_its_turns(tmp_path: Path) -> None:
+    """The engine (a fake whose 'EngineCore' is a child process) decodes only with its child running; in the
+    other party's turns, and after its own last turn until the group is done, the child is stopped."""
+    child = subprocess.Popen(["sleep", "60"])
+    seen: list[tuple[str, str]] = []
+
+    def state() -> str:
+        return "stopped" if psutil.Process(child.pid).status() == psutil.STATUS_STOPPED else "running"
+
+    class Engine:
+        async def generate(self, prompt: object, params: object, request_id: str) -> Any:
+            seen.append(("own turn", state()))
+            yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2])])
+
+    async def other_party(turns: Path, requests: int) -> None:
+        for index in range(requests):
+            turn = index * 2 + 1
+            await wait_for_turn(turns, turn)
+            await asyncio.sleep(0.05)
+            seen.append(("other's turn", state()))
+            pass_turn(turns, turn + 1)
+
+    async def group() -> None:
+        turns = {"dir": str(tmp_path / "turns"), "parties": 2, "party": 0, "settle_s": 0.0}
+        results, _ = await asyncio.gather(
+            _in_turn(Engine(), [[5], [6]], None, turns), other_party(tmp_path / "turns", 2)
+        )
+        assert [r["token_ids"] for r in results.values()] == [[1, 2], [1, 2]]
+
+    try:
+        asyncio.run(group())
+        assert seen == [
+            ("own turn", "running"),
+            ("other's turn", "stopped"),
+            ("own turn", "running"),
+            ("other's turn", "stopped"),
+        ]
+        assert state() == "running"  # resumed once the group is done, so it can shut down
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_failed_engine_releases_the_rest_of_its_group(tmp_path: Path) -> None:
