@@ -20,6 +20,7 @@ means identical). The arithmetic and the table are :mod:`bench.fast_report`.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from bench import RESULTS_DIR
 from bench.engine_process import run_engine_process
 from bench.fast_engine import ABORT_FILE
 from bench.fast_report import fastest_k, summarise, write_result
+from bench.recording import StageCheckpoint
 from distill.prompts import load_prompts
 from infra.cpu_engine import intel_openmp_library
 from infra.errors import TandemError
@@ -228,9 +230,11 @@ def _run_turn_groups(
     env: dict[str, str],
     config: FastBenchConfig,
     say: Callable[[str], None],
+    checkpoint: StageCheckpoint,
 ) -> dict[str, Any]:
     """The one-stream engines (speculative configs by label) in groups of ``config.turn_group_size``, each
-    group with a standard engine (spec ``standard``) of its own, taking turns: ``{"groups": [...]}``."""
+    group with a standard engine (spec ``standard``) of its own, taking turns: ``{"groups": [...]}``. Each
+    finished group is a stage of ``checkpoint``."""
     labels, size = list(speculative), config.turn_group_size - 1
     groups = [labels[i : i + size] for i in range(0, len(labels), size)]
     results = []
@@ -241,8 +245,16 @@ def _run_turn_groups(
             (label, {**standard, "engine": {**standard["engine"], "speculative_config": speculative[label]}})
             for label in members
         ]
-        together = _run_engines_together(
-            specs, env, config.engine_timeout_s, take_turns=True, pause_s=config.turn_pause_s
+        together = checkpoint.run(
+            f"turn group: standard, {', '.join(members)}",
+            functools.partial(
+                _run_engines_together,
+                specs,
+                env,
+                config.engine_timeout_s,
+                take_turns=True,
+                pause_s=config.turn_pause_s,
+            ),
         )
         results.append({label: run for (label, _), run in zip(specs, together, strict=True)})
     return {"groups": results}
@@ -355,6 +367,18 @@ def run_fast_bench(
     draft_dir, draft_ref, recorded_k = resolve_head(config.draft)
     compared = [resolve_head(ref)[:2] for ref in config.compare]  # refused before any engine starts
     k = reference_k = int(config.num_speculative_tokens or recorded_k or 3)
+    checkpoint = StageCheckpoint(
+        config.results_dir,
+        "fast",
+        {
+            "config": config.model_dump(mode="json", exclude={"results_dir", "engine_timeout_s"}),
+            "draft": draft_ref,
+            "compare": [ref for _, ref in compared],
+        },
+    )
+    resumed = list(checkpoint.stages)
+    if resumed:
+        say(f"resuming {checkpoint.path.name}: {', '.join(resumed)} already measured")
 
     heldout = load_prompts(split="heldout")
     needed = max(config.single_requests, max(config.streams) * config.requests_per_stream)
@@ -384,22 +408,30 @@ def run_fast_bench(
     for variant in config.variants:
         say(f"standard engine ({variant})")
         variant_env, variant_engine = variant_settings(variant)
-        runs[f"standard[{variant}]"] = _run_engine(
-            {**base, "engine": {**engine, **variant_engine}, "phases": phases},
-            f"standard-{variant}",
-            variant_env,
-            config.engine_timeout_s,
+        runs[f"standard[{variant}]"] = checkpoint.run(
+            f"standard[{variant}]",
+            functools.partial(
+                _run_engine,
+                {**base, "engine": {**engine, **variant_engine}, "phases": phases},
+                f"standard-{variant}",
+                variant_env,
+                config.engine_timeout_s,
+            ),
         )
     for variant in config.shared_host:
         say(f"two standard engines at once ({variant}, one stream each)")
         shared_env, shared_engine = variant_settings(variant)
         shared = {**base, "engine": {**engine, **shared_engine}, "phases": [one_stream]}
         runs[f"shared[{variant}]"] = {
-            "engines": _run_engines_together(
-                [(f"shared-{variant}-{i}", shared) for i in range(2)],
-                shared_env,
-                config.engine_timeout_s,
-                take_turns=False,
+            "engines": checkpoint.run(
+                f"shared[{variant}]",
+                functools.partial(
+                    _run_engines_together,
+                    [(f"shared-{variant}-{i}", shared) for i in range(2)],
+                    shared_env,
+                    config.engine_timeout_s,
+                    take_turns=False,
+                ),
             )
         }
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
@@ -430,6 +462,7 @@ def run_fast_bench(
             {**env, "TANDEM_ORACLE_FILE": str(Path(scratch) / ORACLE_FILE)},
             config,
             say,
+            checkpoint,
         )
         k = fastest_k(runs["turns"])
     more = phases[1:]
@@ -437,11 +470,19 @@ def run_fast_bench(
         say(
             f"fast engine (eagle3, k={k}, {best_variant}) at {', '.join(str(p['streams']) for p in more)} streams"
         )
-        runs["fast"] = _run_engine(
-            {**base, "engine": {**engine, "speculative_config": eagle_config(draft_dir, k)}, "phases": more},
-            "fast",
-            env,
-            config.engine_timeout_s,
+        runs["fast"] = checkpoint.run(
+            f"fast k{k}",
+            functools.partial(
+                _run_engine,
+                {
+                    **base,
+                    "engine": {**engine, "speculative_config": eagle_config(draft_dir, k)},
+                    "phases": more,
+                },
+                "fast",
+                env,
+                config.engine_timeout_s,
+            ),
         )
 
     summary = summarise(runs, best_variant, k, untrained_k=reference_k)
@@ -469,6 +510,8 @@ def run_fast_bench(
             "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
             "cpu_count": os.cpu_count(),
             "command": "tandem bench fast",
+            # Stages measured by an earlier, interrupted run of the same configuration.
+            "resumed_stages": resumed,
         }
     )
     draft_report = draft_dir / "eagle3_report.json"
@@ -477,4 +520,5 @@ def run_fast_bench(
         summary["offline_acceptance"] = offline.get("acceptance")
         summary["train_completion_tokens"] = offline.get("train_completion_tokens")
     write_result(summary, config.results_dir)
+    checkpoint.finish()
     return summary

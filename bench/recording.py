@@ -1,11 +1,16 @@
-"""Where benchmark results go: ``<name>-<timestamp>.json`` and ``<name>-latest.json`` (+ ``.md``)."""
+"""Where benchmark results go: ``<name>-<timestamp>.json`` and ``<name>-latest.json`` (+ ``.md``), and the
+checkpoint of a long benchmark's finished stages."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 
 def write_result(result: dict[str, Any], directory: Path, name: str, markdown: str | None = None) -> Path:
@@ -20,3 +25,30 @@ def write_result(result: dict[str, Any], directory: Path, name: str, markdown: s
     if markdown is not None:
         (directory / f"{name}-latest.md").write_text(markdown)
     return path
+
+
+class StageCheckpoint:
+    """The finished stages of a long benchmark, kept in ``<directory>/<name>-partial-<key>.json`` (``key``
+    hashes everything that decides the result), so a rerun of the same configuration after a crash or a
+    kill starts where it stopped rather than from the first engine. :meth:`finish` removes the file once
+    the result is written."""
+
+    def __init__(self, directory: Path, name: str, identity: dict[str, Any]) -> None:
+        key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        self.path = directory / f"{name}-partial-{key}.json"
+        self.stages: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def run(self, stage: str, work: Callable[[], T]) -> T:
+        """``stage``'s recorded result, or ``work()``'s, recorded before it is returned."""
+        if stage in self.stages:
+            return cast(T, self.stages[stage])
+        value = work()
+        self.stages[stage] = value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = self.path.with_suffix(".tmp")
+        scratch.write_text(json.dumps(self.stages))
+        scratch.replace(self.path)
+        return value
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)

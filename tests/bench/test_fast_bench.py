@@ -71,3 +71,6 @@ def test_every_one_stream_engine_takes_turns_and_agrees_with_the_standard_tier(t
     )
     assert "in turns: oracle ceiling k=3" in (tmp_path / "results" / "fast-latest.md").read_text()
     assert (tmp_path / "results" / "fast-latest.png").stat().st_size > 0
+    # Every stage was checkpointed while it ran; the checkpoint goes once the result is written.
+    assert summary["resumed_stages"] == []
+    assert not list((tmp_path / "results").glob("fast-partial-*.json"))
