@@ -260,6 +260,50 @@ def _run_turn_groups(
     return {"groups": results}
 
 
+def _run_standard_engines(
+    config: FastBenchConfig,
+    base: dict[str, Any],
+    engine: dict[str, Any],
+    phases: list[dict[str, Any]],
+    checkpoint: StageCheckpoint,
+    say: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """The standard tier alone per tuning variant (``standard[<variant>]``, every phase), then two standard
+    engines decoding at once per ``config.shared_host`` variant (``shared[<variant>]``, one stream each);
+    each run is a stage of ``checkpoint``."""
+    runs: dict[str, dict[str, Any]] = {}
+    for variant in config.variants:
+        say(f"standard engine ({variant})")
+        variant_env, variant_engine = variant_settings(variant)
+        runs[f"standard[{variant}]"] = checkpoint.run(
+            f"standard[{variant}]",
+            functools.partial(
+                _run_engine,
+                {**base, "engine": {**engine, **variant_engine}, "phases": phases},
+                f"standard-{variant}",
+                variant_env,
+                config.engine_timeout_s,
+            ),
+        )
+    for variant in config.shared_host:
+        say(f"two standard engines at once ({variant}, one stream each)")
+        shared_env, shared_engine = variant_settings(variant)
+        shared = {**base, "engine": {**engine, **shared_engine}, "phases": [phases[0]]}
+        runs[f"shared[{variant}]"] = {
+            "engines": checkpoint.run(
+                f"shared[{variant}]",
+                functools.partial(
+                    _run_engines_together,
+                    [(f"shared-{variant}-{i}", shared) for i in range(2)],
+                    shared_env,
+                    config.engine_timeout_s,
+                    take_turns=False,
+                ),
+            )
+        }
+    return runs
+
+
 def _reference_engines(
     config: FastBenchConfig,
     standard: dict[str, Any],
@@ -403,37 +447,7 @@ def run_fast_bench(
     }
     base = {"prompts": prompts, "max_tokens": config.max_tokens}
     started, load_before = time.perf_counter(), os.getloadavg()
-    runs: dict[str, dict[str, Any]] = {}
-
-    for variant in config.variants:
-        say(f"standard engine ({variant})")
-        variant_env, variant_engine = variant_settings(variant)
-        runs[f"standard[{variant}]"] = checkpoint.run(
-            f"standard[{variant}]",
-            functools.partial(
-                _run_engine,
-                {**base, "engine": {**engine, **variant_engine}, "phases": phases},
-                f"standard-{variant}",
-                variant_env,
-                config.engine_timeout_s,
-            ),
-        )
-    for variant in config.shared_host:
-        say(f"two standard engines at once ({variant}, one stream each)")
-        shared_env, shared_engine = variant_settings(variant)
-        shared = {**base, "engine": {**engine, **shared_engine}, "phases": [one_stream]}
-        runs[f"shared[{variant}]"] = {
-            "engines": checkpoint.run(
-                f"shared[{variant}]",
-                functools.partial(
-                    _run_engines_together,
-                    [(f"shared-{variant}-{i}", shared) for i in range(2)],
-                    shared_env,
-                    config.engine_timeout_s,
-                    take_turns=False,
-                ),
-            )
-        }
+    runs = _run_standard_engines(config, base, engine, phases, checkpoint, say)
     best_variant = max(config.variants, key=lambda v: runs[f"standard[{v}]"]["phases"]["1"]["tokens_per_s"])
     env, best_engine = variant_settings(best_variant)
     engine = {**engine, **best_engine}
