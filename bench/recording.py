@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from infra.config import write_json
+
 T = TypeVar("T")
 
 
@@ -44,10 +46,7 @@ class StageCheckpoint:
             return cast(T, self.stages[stage])
         value = work()
         self.stages[stage] = value
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = self.path.with_suffix(".tmp")
-        scratch.write_text(json.dumps(self.stages))
-        scratch.replace(self.path)
+        write_json(self.path, self.stages)
         return value
 
     def finish(self) -> None:

@@ -36,7 +36,6 @@ def test_every_one_stream_engine_takes_turns_and_agrees_with_the_standard_tier(t
         k_sweep=[2, 3],
         streams=[1],
         turn_group_size=3,
-        turn_pause_s=0.1,  # the tiny engines' workers spin as long, but nothing here is timed
         single_requests=2,
         max_tokens=16,
         oracle_ks=[3],
