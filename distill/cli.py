@@ -116,6 +116,13 @@ def distill_command(
             "reuses the shards already generated in the same work directory)."
         ),
     ] = None,
+    skip_prompts: Annotated[
+        int | None,
+        typer.Option(
+            help="eagle3: leave out the first N prompts (those the --init-from head learned already): a "
+            "continuation round answers and trains on new prompts only."
+        ),
+    ] = None,
     draft_vocab: Annotated[int | None, typer.Option(help="eagle3: reduced draft vocabulary size.")] = None,
     device: Annotated[str | None, typer.Option(help="eagle3: auto, cpu or cuda[:n].")] = None,
     init_from: Annotated[
@@ -163,6 +170,7 @@ def distill_command(
                 "template_prompts": template_prompts,
                 "self_prompts": self_prompts,
                 "extra_prompts": extra_prompts,
+                "skip_prompts": skip_prompts,
                 "draft_vocab_size": draft_vocab,
                 "device": device,
                 "init_from": init_from,

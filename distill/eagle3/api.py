@@ -70,6 +70,21 @@ def default_work_dir(config: Eagle3Config) -> Path:
     return home / "distill" / f"eagle3-{config.teacher.replace('@', '-')}-{config.data_digest()}"
 
 
+def select_training_prompts(config: Eagle3Config, turns: list[str], heldout: list[str]) -> list[str]:
+    """The prompts this round answers: the base set (bundled, templates, sampled ``turns``), then the extra
+    bank, held-out prompts never among them; ``skip_prompts`` and ``max_prompts`` cut that list."""
+    prompts = training_prompts(config.template_prompts, turns, config.seed)
+    if config.extra_prompts:
+        prompts += extra_prompts(config.seed, config.extra_prompts, {*prompts, *heldout})
+    selected = prompts[config.skip_prompts : config.max_prompts]
+    if not selected:
+        raise DistillError(
+            f"skip_prompts={config.skip_prompts} leaves none of the {len(prompts[: config.max_prompts])} "
+            "training prompts; raise extra_prompts (or max_prompts)"
+        )
+    return selected
+
+
 def speedup_by_k(per_position: list[float], cost_ratio: float) -> dict[int, float]:
     """Expected single-stream speedup for each k from measured chain acceptance: (1 + sum p_j) / (1 + k c)."""
     return {
@@ -165,8 +180,10 @@ def train_eagle3_head(
     write_json(work_dir / "config.json", config.model_dump(mode="json"))
 
     # 1. Prompts and the target's greedy completions (vLLM batch inference, resumable shards).
+    suffix = config.train_data_suffix()
+
     def gen_progress(job: str, done: int, total: int) -> None:
-        report(GENERATION_STAGES.get(job, job), done, total, "shards")
+        report(GENERATION_STAGES.get(job.removesuffix(suffix), job), done, total, "shards")
 
     engine = {
         "model": str(teacher_dir),
@@ -187,12 +204,9 @@ def train_eagle3_head(
         (sampled,) = generate(GenerationSpec(**engine, jobs=[user_turns]), progress=gen_progress)
         turns = [t for t in (clean_user_turn(row["text"]) for row in sampled) if t]
     heldout_prompts = load_prompts(split="heldout")
-    prompts = training_prompts(config.template_prompts, turns, config.seed)
-    if config.extra_prompts:
-        prompts += extra_prompts(config.seed, config.extra_prompts, {*prompts, *heldout_prompts})
-    prompts = prompts[: config.max_prompts]
+    prompts = select_training_prompts(config, turns, heldout_prompts)
     responses = GenerationJob(
-        prompts=prompts, out_dir=data_dir / "responses", max_tokens=config.max_new_tokens
+        prompts=prompts, out_dir=data_dir / f"responses{suffix}", max_tokens=config.max_new_tokens
     )
     heldout = GenerationJob(
         prompts=heldout_prompts, out_dir=data_dir / "heldout", max_tokens=config.max_new_tokens
@@ -221,7 +235,7 @@ def train_eagle3_head(
 
     # 3. Target features at the aux layers.
     stores = {
-        "train": FeatureStore(work_dir / "features" / "train"),
+        "train": FeatureStore(work_dir / "features" / f"train{suffix}"),
         "heldout": FeatureStore(work_dir / "features" / "heldout"),
     }
     for split, split_rows in (("train", rows), ("heldout", heldout_rows)):

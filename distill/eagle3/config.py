@@ -37,6 +37,12 @@ class Eagle3Config(BaseModel):
         ge=1,
         description="Answer only the first N training prompts (a seeded random subset): the budget knob.",
     )
+    skip_prompts: int = Field(
+        0,
+        ge=0,
+        description="Leave out the first N training prompts (those an init_from head has already learned): "
+        "a continuation round answers and trains on prompts new to the head only.",
+    )
     max_new_tokens: int = Field(256, ge=8, description="Greedy completion length per training prompt.")
     max_seq_len: int = Field(512, ge=32, description="Prompt + completion tokens kept per sequence.")
     generation_dtype: Literal["float32", "bfloat16"] = Field(
@@ -104,10 +110,16 @@ class Eagle3Config(BaseModel):
         """What the generated data depends on: a different digest means a different data directory.
 
         ``max_prompts`` and ``extra_prompts`` are left out on purpose: a larger budget extends the same
-        shards.
+        shards. ``skip_prompts`` is too: its answers and features go to directories of their own
+        (:meth:`train_data_suffix`), beside the held-out set they share.
         """
         fields = {"teacher", "template_prompts", "self_prompts", "max_new_tokens", "generation_dtype", "seed"}
         return config_digest(self, include=fields)[:10]
+
+    def train_data_suffix(self) -> str:
+        """Suffix of the training answers' and features' directories: a round that skips prompts starts
+        its shards at another prompt, so it must not read (or overwrite) the full round's."""
+        return f"-from-{self.skip_prompts}" if self.skip_prompts else ""
 
     def train_digest(self) -> str:
         """What a training checkpoint depends on; resuming with another digest is refused."""
@@ -117,5 +129,6 @@ class Eagle3Config(BaseModel):
             "draft_vocab_size", "aux_layers", "speculative_steps", "epochs", "tokens_per_batch",
             "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels", "init_from",
             *(("head_layers",) if self.head_layers != 1 else ()),
+            *(("skip_prompts",) if self.skip_prompts else ()),
         }  # fmt: skip
         return config_digest(self, include=fields)[:10]

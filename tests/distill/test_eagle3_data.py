@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from distill.eagle3.api import select_training_prompts
+from distill.eagle3.config import Eagle3Config
 from distill.eagle3.generate import GenerationJob, _check_resumable, _pending, read_shards, shard_path
 from distill.eagle3.prompts import extra_prompts, template_prompts, training_prompts
 from distill.eagle3.training import FeatureStore
@@ -24,6 +26,22 @@ def test_extra_prompts_extend_a_smaller_count_and_skip_the_excluded() -> None:
     assert not set(more) & ({*base, *heldout})
     # They are not the first bank's prompts again: most use the second bank's templates or topics.
     assert len(set(more) - set(template_prompts(0, 5000))) > 400
+
+
+def test_a_continuation_round_answers_only_the_prompts_after_those_it_skips() -> None:
+    heldout = load_prompts(split="heldout")
+    full = Eagle3Config(teacher="t@v", template_prompts=300, self_prompts=0, extra_prompts=500)
+    everything = select_training_prompts(full, [], heldout)
+    later = full.model_copy(update={"skip_prompts": 600})
+    assert select_training_prompts(later, [], heldout) == everything[600:]
+    capped = later.model_copy(update={"max_prompts": 700})
+    assert select_training_prompts(capped, [], heldout) == everything[600:700]
+    # Its answers and features live apart from the full round's, and its checkpoints are its own.
+    assert later.train_data_suffix() == "-from-600" and full.train_data_suffix() == ""
+    assert later.data_digest() == full.data_digest()
+    assert later.train_digest() != full.train_digest()
+    with pytest.raises(DistillError, match="leaves none of the 700 training prompts"):
+        select_training_prompts(capped.model_copy(update={"skip_prompts": 700}), [], heldout)
 
 
 def _write_shard(job: GenerationJob, index: int, rows: int) -> Path:
