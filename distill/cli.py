@@ -116,6 +116,13 @@ def distill_command(
             "reuses the shards already generated in the same work directory)."
         ),
     ] = None,
+    task_prompts: Annotated[
+        int | None,
+        typer.Option(
+            help="eagle3: requests of the kinds the topic banks lack (code, SQL, regex, shell, translation, "
+            "arithmetic, facts, practical writing; about 1,800 exist), appended after the extra prompts."
+        ),
+    ] = None,
     skip_prompts: Annotated[
         int | None,
         typer.Option(
@@ -123,13 +130,19 @@ def distill_command(
             "continuation round answers and trains on new prompts only."
         ),
     ] = None,
-    draft_vocab: Annotated[int | None, typer.Option(help="eagle3: reduced draft vocabulary size.")] = None,
+    draft_vocab: Annotated[
+        int | None,
+        typer.Option(
+            help="eagle3: reduced draft vocabulary size; larger than an --init-from head's, it grows that "
+            "head's vocabulary (trained rows kept, new tokens starting from the target's LM head)."
+        ),
+    ] = None,
     device: Annotated[str | None, typer.Option(help="eagle3: auto, cpu or cuda[:n].")] = None,
     init_from: Annotated[
         str | None,
         typer.Option(
             help="eagle3: a published head of the same teacher (name@version) to continue training "
-            "from, keeping its draft vocabulary."
+            "from, keeping its draft vocabulary (or growing it: --draft-vocab)."
         ),
     ] = None,
     head_layers: Annotated[
@@ -170,6 +183,7 @@ def distill_command(
                 "template_prompts": template_prompts,
                 "self_prompts": self_prompts,
                 "extra_prompts": extra_prompts,
+                "task_prompts": task_prompts,
                 "skip_prompts": skip_prompts,
                 "draft_vocab_size": draft_vocab,
                 "device": device,

@@ -24,10 +24,12 @@ from distill.eagle3.curves import CURVE_NAME, plot_head_training
 from distill.eagle3.generate import GenerationJob, GenerationSpec, generate
 from distill.eagle3.head import Eagle3Head
 from distill.eagle3.prompts import clean_user_turn, extra_prompts, self_prompt_requests, training_prompts
+from distill.eagle3.task_prompts import task_prompts
 from distill.eagle3.training import (
     AcceptanceEstimate,
     FeatureStore,
     HeadTrainer,
+    byte_tokens,
     choose_draft_vocab,
     estimate_acceptance,
     init_from_target,
@@ -72,15 +74,18 @@ def default_work_dir(config: Eagle3Config) -> Path:
 
 def select_training_prompts(config: Eagle3Config, turns: list[str], heldout: list[str]) -> list[str]:
     """The prompts this round answers: the base set (bundled, templates, sampled ``turns``), then the extra
-    bank, held-out prompts never among them; ``skip_prompts`` and ``max_prompts`` cut that list."""
+    bank, then the task bank, held-out prompts never among them; ``skip_prompts`` and ``max_prompts`` cut
+    that list."""
     prompts = training_prompts(config.template_prompts, turns, config.seed)
     if config.extra_prompts:
         prompts += extra_prompts(config.seed, config.extra_prompts, {*prompts, *heldout})
+    if config.task_prompts:
+        prompts += task_prompts(config.seed, config.task_prompts, {*prompts, *heldout})
     selected = prompts[config.skip_prompts : config.max_prompts]
     if not selected:
         raise DistillError(
             f"skip_prompts={config.skip_prompts} leaves none of the {len(prompts[: config.max_prompts])} "
-            "training prompts; raise extra_prompts (or max_prompts)"
+            "training prompts; raise extra_prompts or task_prompts (or max_prompts)"
         )
     return selected
 
@@ -147,6 +152,11 @@ def warm_start_head(
     for what, (found, wanted) in checks.items():
         if found != wanted:
             raise DistillError(f"--init-from {manifest.ref}: {what} is {found}, this run needs {wanted}")
+    if shape.draft_vocab_size > config.draft_vocab_size:
+        raise DistillError(
+            f"--init-from {manifest.ref}: the head drafts {shape.draft_vocab_size} tokens, this run asks for "
+            f"{config.draft_vocab_size} (a draft vocabulary can grow, not shrink)"
+        )
     if shape.num_layers > config.head_layers:
         raise DistillError(
             f"--init-from {manifest.ref}: the head has {shape.num_layers} layers, this run asks for "
@@ -164,7 +174,7 @@ def train_eagle3_head(
     are reused. The manifest's metadata holds the speculative config the fast tier serves with
     (``method: eagle3``, the chosen k), the held-out acceptance and the expected speedup.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     report = progress or _quiet
     if config.threads:
@@ -217,9 +227,15 @@ def train_eagle3_head(
     # 2. Draft vocabulary.
     target: Any = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     target = target.to(device).eval()
+    reserved = byte_tokens(AutoTokenizer.from_pretrained(teacher_dir))
     if config.init_from:
         head, init_ref = warm_start_head(registry, config, teacher_manifest, target.config)
         vocab = head.draft_to_target(torch.arange(head.shape.draft_vocab_size))
+        if config.draft_vocab_size > len(vocab):
+            vocab, _ = choose_draft_vocab(
+                rows, config.draft_vocab_size, int(target.config.vocab_size), reserved, keep=vocab.tolist()
+            )
+            head = head.with_vocab(vocab, target.get_output_embeddings().weight[vocab])
         coverage = vocab_coverage(rows, vocab.tolist())
     else:
         vocab_path = work_dir / "draft_vocab.json"
@@ -227,7 +243,9 @@ def train_eagle3_head(
             saved = json.loads(vocab_path.read_text())
             vocab, coverage = torch.tensor(saved["ids"], dtype=torch.long), float(saved["coverage"])
         else:
-            vocab, coverage = choose_draft_vocab(rows, config.draft_vocab_size, int(target.config.vocab_size))
+            vocab, coverage = choose_draft_vocab(
+                rows, config.draft_vocab_size, int(target.config.vocab_size), reserved
+            )
             write_json(vocab_path, {"ids": vocab.tolist(), "coverage": coverage})
         head = new_head(target.config, vocab, config.aux_layers, config.head_layers)
         init_from_target(head, target)

@@ -32,6 +32,13 @@ class Eagle3Config(BaseModel):
         description="Further template prompts (a second template and topic bank) appended after the base "
         "set: a later round with more data reuses every shard already generated.",
     )
+    task_prompts: int = Field(
+        0,
+        ge=0,
+        description="Requests of the kinds the topic banks lack (code, SQL, regular expressions, shell, "
+        "translation, arithmetic, conversions, short facts, practical writing), appended after the extra "
+        "bank: about 1,800 exist.",
+    )
     max_prompts: int | None = Field(
         None,
         ge=1,
@@ -69,7 +76,8 @@ class Eagle3Config(BaseModel):
     init_from: str | None = Field(
         None,
         description="Registry ref of an EAGLE-3 draft of the same teacher to continue training: its "
-        "weights and draft vocabulary replace the fresh head (more data or steps for a published head).",
+        "weights and draft vocabulary replace the fresh head (more data or steps for a published head); a "
+        "larger draft_vocab_size grows that vocabulary.",
     )
     # Training.
     speculative_steps: int = Field(
@@ -109,7 +117,7 @@ class Eagle3Config(BaseModel):
     def data_digest(self) -> str:
         """What the generated data depends on: a different digest means a different data directory.
 
-        ``max_prompts`` and ``extra_prompts`` are left out on purpose: a larger budget extends the same
+        ``max_prompts``, ``extra_prompts`` and ``task_prompts`` are left out on purpose: a larger budget extends the same
         shards. ``skip_prompts`` is too: its answers and features go to directories of their own
         (:meth:`train_data_suffix`), beside the held-out set they share.
         """
@@ -130,5 +138,6 @@ class Eagle3Config(BaseModel):
             "learning_rate", "warmup_steps", "step_weight_decay", "seed", "soft_labels", "init_from",
             *(("head_layers",) if self.head_layers != 1 else ()),
             *(("skip_prompts",) if self.skip_prompts else ()),
+            *(("task_prompts",) if self.task_prompts else ()),
         }  # fmt: skip
         return config_digest(self, include=fields)[:10]

@@ -187,6 +187,22 @@ class Eagle3Head(nn.Module):
                 layer.mlp.down_proj.weight.zero_()
         return grown.to(self.fc.weight.device)
 
+    def with_vocab(self, draft_to_target: torch.Tensor, target_rows: torch.Tensor) -> Eagle3Head:
+        """This head over another draft vocabulary (sorted target ids): rows of tokens it already drafts
+        keep their trained weights, new tokens start from ``target_rows`` (the target's LM-head rows of the
+        new vocabulary, [V_new, H]), as a fresh head's do."""
+        grown = Eagle3Head(self.shape.model_copy(update={"draft_vocab_size": len(draft_to_target)}))
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith(("lm_head.", "d2t", "t2d"))}
+        grown.load_state_dict(state, strict=False)
+        grown.set_vocab(draft_to_target)
+        old_rows = self.target_to_draft()[draft_to_target.to(self.d2t.device)]
+        with torch.no_grad():
+            weight = target_rows.detach().float().clone().to(grown.lm_head.weight.device)
+            known = old_rows >= 0
+            weight[known.to(weight.device)] = self.lm_head.weight.detach()[old_rows[known]].to(weight)
+            grown.lm_head.weight.copy_(weight)
+        return grown.to(self.fc.weight.device)
+
     def _qkv(self, attn: _Attention, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         s = self.shape
         b, t, _ = x.shape

@@ -53,16 +53,37 @@ def vocab_coverage(rows: Sequence[dict[str, Any]], vocab: Sequence[int]) -> floa
 
 
 def choose_draft_vocab(
-    rows: Sequence[dict[str, Any]], size: int, target_vocab: int
+    rows: Sequence[dict[str, Any]],
+    size: int,
+    target_vocab: int,
+    reserved: Sequence[int] = (),
+    keep: Sequence[int] = (),
 ) -> tuple[torch.Tensor, float]:
-    """The ``size`` most frequent completion tokens (sorted target ids) and the share of tokens they cover."""
+    """A draft vocabulary of ``size`` tokens (sorted target ids) and the share of completion tokens it covers.
+
+    ``keep`` (a smaller head's vocabulary being grown) comes first, then ``reserved`` (see
+    :func:`byte_tokens`; at most an eighth of ``size``, so a tiny vocabulary stays frequency-driven), then
+    the most frequent completion tokens.
+    """
     counts = _completion_counts(rows)
-    common = [token for token, _ in counts.most_common(size)]
+    chosen = dict.fromkeys([*keep, *list(reserved)[: size // 8]])
+    for token, _ in counts.most_common():
+        if len(chosen) >= size:
+            break
+        chosen.setdefault(token)
     # Pad with the lowest unused ids so the head always has exactly `size` rows (vLLM's d2t needs them).
-    filler = (i for i in range(target_vocab) if i not in counts)
-    while len(common) < size:
-        common.append(next(filler))
-    return torch.tensor(sorted(common[:size]), dtype=torch.long), _coverage(counts, common[:size])
+    filler = (i for i in range(target_vocab) if i not in chosen)
+    while len(chosen) < size:
+        chosen.setdefault(next(filler))
+    vocab = sorted(list(chosen)[:size])
+    return torch.tensor(vocab, dtype=torch.long), _coverage(counts, vocab)
+
+
+def byte_tokens(tokenizer: Any) -> list[int]:
+    """The tokenizer's one-character tokens: in a byte-level BPE these spell every byte, so emoji and rare
+    scripts, which the target emits as runs of byte pieces (a row of rockets is a loop of two of them), can
+    be drafted even when no training answer used them."""
+    return sorted(i for token, i in tokenizer.get_vocab().items() if len(token) == 1)
 
 
 class Example(NamedTuple):

@@ -193,6 +193,39 @@ def test_warm_start_grows_a_head_but_never_shrinks_one(tmp_path: Path) -> None:
     two = _published_head(registry, tmp_path, "v2", num_layers=2, **EAGLE3_OF_TINY)
     with pytest.raises(DistillError, match="the head has 2 layers, this run asks for 1"):
         warm_start_head(registry, Eagle3Config(teacher="tiny@v1", init_from=two), teacher, target_config)
+    smaller = Eagle3Config(teacher="tiny@v1", init_from=one, draft_vocab_size=32)
+    with pytest.raises(DistillError, match="drafts 64 tokens, this run asks for 32"):
+        warm_start_head(registry, smaller, teacher, target_config)
+
+
+def test_a_grown_vocabulary_keeps_the_trained_rows_and_starts_new_tokens_from_the_target() -> None:
+    torch.manual_seed(0)
+    head = Eagle3Head(_shape()).eval()
+    old = torch.arange(0, 128, 2)
+    head.set_vocab(old)
+    rows = [{"output_ids": [501, 501, 501, 7, 777, 777]}]
+    vocab, coverage = choose_draft_vocab(rows, 80, 1000, reserved=[3, 5, 999], keep=old.tolist())
+    assert set(old.tolist()) | {3, 5, 999, 501, 777, 7} <= set(vocab.tolist()) and len(vocab) == 80
+    assert coverage == 1.0
+    target_rows = torch.randn(80, 128)
+    grown = head.with_vocab(vocab, target_rows).eval()
+    normed = torch.randn(4, 128)
+    before, after = head.logits(normed), grown.logits(normed)
+    to_new = grown.target_to_draft()
+    for draft_id, token in enumerate(old.tolist()):
+        assert torch.allclose(before[:, draft_id], after[:, to_new[token]])
+    for token in (3, 501, 999):
+        new_id = int(to_new[token])
+        assert torch.equal(grown.lm_head.weight[new_id], target_rows[new_id])
+    assert torch.equal(grown.fc.weight, head.fc.weight)
+    assert grown.shape.draft_vocab_size == 80
+
+
+def test_reserved_tokens_take_at_most_an_eighth_of_a_fresh_vocabulary() -> None:
+    rows = [{"output_ids": [50] * 5 + [60] * 4 + [70] * 3 + list(range(100, 120))}]
+    vocab, _ = choose_draft_vocab(rows, 16, 1000, reserved=[1, 2, 3, 4, 5])
+    assert {1, 2} <= set(vocab.tolist()) and not {3, 4, 5} & set(vocab.tolist())
+    assert {50, 60, 70} <= set(vocab.tolist()) and len(vocab) == 16
 
 
 def test_warm_start_keeps_the_published_weights_and_vocabulary(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from distill.eagle3.api import select_training_prompts
 from distill.eagle3.config import Eagle3Config
 from distill.eagle3.generate import GenerationJob, _check_resumable, _pending, read_shards, shard_path
 from distill.eagle3.prompts import extra_prompts, template_prompts, training_prompts
+from distill.eagle3.task_prompts import task_prompts
 from distill.eagle3.training import FeatureStore
 from distill.errors import DistillError
 from distill.prompts import load_prompts
@@ -42,6 +43,29 @@ def test_a_continuation_round_answers_only_the_prompts_after_those_it_skips() ->
     assert later.train_digest() != full.train_digest()
     with pytest.raises(DistillError, match="leaves none of the 700 training prompts"):
         select_training_prompts(capped.model_copy(update={"skip_prompts": 700}), [], heldout)
+
+
+def test_the_task_bank_is_seeded_distinct_and_never_a_heldout_prompt() -> None:
+    heldout = set(load_prompts(split="heldout"))
+    bank = task_prompts(0, 100_000, set())
+    assert len(bank) == len(set(bank)) > 1500
+    assert not set(bank) & heldout  # not even before the caller's exclusion
+    assert task_prompts(0, 300, set()) == bank[:300]
+    first = task_prompts(0, 40, set())
+    for kind in ("Write a SQL query", "Write a regular expression", "Write a bash command", "Translate '"):
+        assert any(p.startswith(kind) for p in first), kind
+    assert task_prompts(1, 300, set()) != bank[:300]
+    assert not set(task_prompts(0, 300, set(bank[:10]))) & set(bank[:10])
+
+
+def test_task_prompts_follow_the_extra_bank() -> None:
+    heldout = load_prompts(split="heldout")
+    full = Eagle3Config(teacher="t@v", template_prompts=300, self_prompts=0, extra_prompts=500)
+    with_tasks = full.model_copy(update={"task_prompts": 200})
+    prompts = select_training_prompts(with_tasks, [], heldout)
+    assert prompts[:-200] == select_training_prompts(full, [], heldout)
+    assert prompts[-200:] == task_prompts(0, 200, set(prompts[:-200]) | set(heldout))
+    assert with_tasks.data_digest() == full.data_digest() and with_tasks.train_digest() != full.train_digest()
 
 
 def _write_shard(job: GenerationJob, index: int, rows: int) -> Path:
