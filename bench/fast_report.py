@@ -246,6 +246,17 @@ def markdown_table(summary: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _bar_label(label: str) -> str:
+    """A short bar name: 'k3' -> 'eagle3 k=3', 'compare name@r7 k3' -> 'compare @r7 k=3' (the full refs
+    are in the table; long ones pushed the plot's title off the figure)."""
+    if label.startswith("k"):
+        return label.replace("k", "eagle3 k=", 1)
+    if label.startswith("compare "):
+        ref, k = label.removeprefix("compare ").rsplit(" ", 1)
+        return f"compare @{ref.rsplit('@', 1)[-1]} {k.replace('k', 'k=', 1)}"
+    return label
+
+
 def plot_one_stream(summary: dict[str, Any], path: Path) -> Path:
     """One bar per one-stream engine: its speedup over the standard engine of its turn group, with the 90%
     interval; the reported k's bar is dark."""
@@ -270,13 +281,10 @@ def plot_one_stream(summary: dict[str, Any], path: Path) -> Path:
         axis.text(high + 0.05, row, f"{entry['speedup']:.2f}x", va="center", fontsize=8)
     axis.axvline(1.0, color="grey", linestyle="--", linewidth=1)
     axis.set_xlim(0, 1.15 * max(entry["speedup_interval_90"][1] for _, entry in entries))
-    axis.set_yticks(
-        range(len(entries)),
-        [label.replace("k", "eagle3 k=", 1) if label.startswith("k") else label for label, _ in entries],
-    )
+    axis.set_yticks(range(len(entries)), [_bar_label(label) for label, _ in entries])
     axis.invert_yaxis()
     axis.set(
-        xlabel="tokens/s over the standard engine of the same turn group (one stream, 90% interval)",
+        xlabel="speedup over the standard engine of its turn group (90% interval)",
         title=f"fast tier at one stream: {summary.get('draft', '')}",
     )
     figure.tight_layout()

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from bench.fast import FastBenchConfig
 from bench.fast_engine import ABORT_FILE, _in_turn, pass_turn, wait_for_peers, wait_for_turn
-from bench.fast_report import fastest_k, markdown_table, paired_interval, summarise
+from bench.fast_report import _bar_label, fastest_k, markdown_table, paired_interval, summarise
 
 GREEDY = [[1, 2, 3, 4], [5, 6, 7, 8]]
 
@@ -239,3 +239,9 @@ def test_streams_must_include_one() -> None:
     assert FastBenchConfig(streams=[16, 1, 4]).streams == [1, 4, 16]
     with pytest.raises(ValidationError, match="streams must include 1"):
         FastBenchConfig(streams=[4, 16])
+
+
+def test_plot_bars_name_compared_heads_by_version() -> None:
+    assert _bar_label("k3") == "eagle3 k=3"
+    assert _bar_label("compare smollm2-135m-instruct-eagle3@r7 k2") == "compare @r7 k=2"
+    assert _bar_label("oracle k5") == "oracle k5"
