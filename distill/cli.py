@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -47,8 +48,14 @@ def _parse_keep(value: str | None) -> list[int] | None:
 
 
 @contextmanager
-def _stage_progress() -> Iterator[Any]:
-    """A rich bar per stage, fed by the library's ``progress(stage, done, total, status)`` callback."""
+def _stage_progress(stream: Console | None = None, every_s: float = 60.0) -> Iterator[Any]:
+    """A rich bar per stage, fed by the library's ``progress(stage, done, total, status)`` callback.
+
+    Off a terminal (``nohup``, a CI log) rich draws the bars only when it stops, so a long run would say
+    nothing for an hour: there, each stage also prints a plain line at most every ``every_s`` seconds and
+    when it finishes.
+    """
+    out = stream or Console(stderr=True)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -56,9 +63,11 @@ def _stage_progress() -> Iterator[Any]:
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=out,
     )
     tasks: dict[str, Any] = {}
+    printed: dict[str, float] = {}
+    finished: set[str] = set()
 
     def update(stage: str, done: int, total: int, status: str) -> None:
         if status.startswith("resumed"):
@@ -66,6 +75,16 @@ def _stage_progress() -> Iterator[Any]:
         if stage not in tasks:
             tasks[stage] = progress.add_task(stage, total=total, status=status)
         progress.update(tasks[stage], completed=done, total=total, status=status)
+        if out.is_terminal or stage in finished:
+            return
+        now = time.monotonic()
+        if done >= total or now - printed.get(stage, -every_s) >= every_s:
+            printed[stage] = now
+            if done >= total:
+                finished.add(stage)
+            out.print(
+                f"{time.strftime('%H:%M:%S')} {stage}: {done}/{total} {status}".rstrip(), soft_wrap=True
+            )
 
     with progress:
         yield update
