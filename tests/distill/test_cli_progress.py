@@ -9,20 +9,28 @@ from rich.console import Console
 from distill.cli import _stage_progress
 
 
-def _lines(output: io.StringIO) -> list[str]:
-    return [line for line in output.getvalue().splitlines() if ": " in line and line[:2].isdigit()]
+def _plain_lines(
+    updates: list[tuple[str, int, int, str]], every_s: float, terminal: bool = False
+) -> list[str]:
+    """The timestamped lines (timestamp dropped) that ``updates`` print on a console of that kind."""
+    output = io.StringIO()
+    console = Console(file=output, force_terminal=terminal, width=120)
+    with _stage_progress(console, every_s=every_s) as update:
+        for stage, done, total, status in updates:
+            update(stage, done, total, status)
+    lines = [line for line in output.getvalue().splitlines() if ": " in line and line[:2].isdigit()]
+    return [line.split(" ", 1)[1] for line in lines]
 
 
 def test_a_log_gets_a_line_per_stage_now_and_then_and_when_it_ends() -> None:
-    output = io.StringIO()
-    with _stage_progress(Console(file=output, force_terminal=False, width=120), every_s=3600) as update:
-        update("greedy completions", 0, 4, "shards")
-        update("greedy completions", 1, 4, "shards")  # within every_s of the last line: quiet
-        update("greedy completions", 4, 4, "shards")
-        update("greedy completions", 4, 4, "shards")  # finished already: said once
-        update("train head", 0, 10, "")
-    lines = _lines(output)
-    assert [line.split(" ", 1)[1] for line in lines] == [
+    updates = [
+        ("greedy completions", 0, 4, "shards"),
+        ("greedy completions", 1, 4, "shards"),  # within every_s of the last line: quiet
+        ("greedy completions", 4, 4, "shards"),
+        ("greedy completions", 4, 4, "shards"),  # finished already: said once
+        ("train head", 0, 10, ""),
+    ]
+    assert _plain_lines(updates, every_s=3600) == [
         "greedy completions: 0/4 shards",
         "greedy completions: 4/4 shards",
         "train head: 0/10",
@@ -30,11 +38,8 @@ def test_a_log_gets_a_line_per_stage_now_and_then_and_when_it_ends() -> None:
 
 
 def test_every_update_is_a_line_when_the_interval_is_zero() -> None:
-    output = io.StringIO()
-    with _stage_progress(Console(file=output, force_terminal=False, width=120), every_s=0) as update:
-        for step in range(3):
-            update("train head", step, 10, f"loss={3 - step}.0")
-    assert [line.split(" ", 1)[1] for line in _lines(output)] == [
+    updates = [("train head", step, 10, f"loss={3 - step}.0") for step in range(3)]
+    assert _plain_lines(updates, every_s=0) == [
         "train head: 0/10 loss=3.0",
         "train head: 1/10 loss=2.0",
         "train head: 2/10 loss=1.0",
@@ -42,7 +47,4 @@ def test_every_update_is_a_line_when_the_interval_is_zero() -> None:
 
 
 def test_a_terminal_gets_the_bars_only() -> None:
-    output = io.StringIO()
-    with _stage_progress(Console(file=output, force_terminal=True, width=120), every_s=0) as update:
-        update("train head", 1, 10, "")
-    assert not _lines(output)
+    assert _plain_lines([("train head", 1, 10, "")], every_s=0, terminal=True) == []
